@@ -1,0 +1,35 @@
+# keyorder: every target needs only Go; modules come from the Go module proxy.
+
+GO            ?= go
+STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+BENCH         ?= .
+BENCHCOUNT    ?= 6
+BENCHTIME     ?= 1s
+
+.PHONY: test run bench lint fuzz
+
+## test: vet, then every test with the race detector (what CI runs).
+test:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 ./...
+
+## run: the end-to-end example against an embedded pstest server
+## (or PUBSUB_EMULATOR_HOST when it is set).
+run:
+	$(GO) run ./examples/publish
+
+## bench: benchmarks with allocation counts; BENCH=regexp narrows them.
+## Compare runs with benchstat (golang.org/x/perf/cmd/benchstat).
+bench:
+	$(GO) test -run='^$$' -bench='$(BENCH)' -benchmem -count=$(BENCHCOUNT) -benchtime=$(BENCHTIME) ./...
+
+## lint: go vet plus staticcheck, pinned.
+lint:
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+## fuzz: a short run of each fuzz target of the pure functions.
+fuzz:
+	$(GO) test -run='^$$' -fuzz=FuzzResolve -fuzztime=20s ./ordering
+	$(GO) test -run='^$$' -fuzz=FuzzValidate -fuzztime=20s ./ordering
+	$(GO) test -run='^$$' -fuzz=FuzzPartition -fuzztime=20s ./ordering

@@ -1,0 +1,25 @@
+// Package ordering holds the rules every keyorder package shares: the
+// header that names an ordering key, the service's key limits, how a key is
+// resolved for a message, and the stable hash that pins a key to a worker
+// partition.
+//
+// It does no I/O and starts no goroutines. Rule numbers (P1, S3, ...) refer
+// to the ordering contract in the project's DESIGN.md.
+//
+// # Keys
+//
+// An ordering key groups messages that must be delivered in the order they
+// were published: a customer, an account, a database row. The empty key
+// means "unordered": such messages are published and delivered in parallel.
+//
+// # Resolution (P1)
+//
+// A message's key is the first non-empty of the key given on the call, the
+// [Header] header of the message, and the publisher's default key. See
+// [Resolve].
+//
+// # Partitions (S3)
+//
+// [Partition] maps a key to one of n partitions with a pinned hash, so the
+// same key lands on the same partition in every process and every release.
+package ordering

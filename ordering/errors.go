@@ -1,0 +1,11 @@
+package ordering
+
+import "errors"
+
+// ErrKeyTooLong is returned by [Validate] for a key longer than
+// [MaxKeyBytes] bytes. The service rejects such keys.
+var ErrKeyTooLong = errors.New("ordering key too long")
+
+// ErrKeyNotUTF8 is returned by [Validate] for a key that is not valid
+// UTF-8. Ordering keys are protobuf strings, which must be valid UTF-8.
+var ErrKeyNotUTF8 = errors.New("ordering key is not valid UTF-8")
