@@ -1,0 +1,53 @@
+// Package harness connects keyorder's tests and examples to an in-process
+// Pub/Sub server: pstest, internal/fakepubsub, or whatever server
+// PUBSUB_EMULATOR_HOST names.
+package harness
+
+import (
+	"context"
+	"testing"
+
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/pstest"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Project is the project ID tests and examples use. Fake servers accept any.
+const Project = "keyorder-test"
+
+// Connect returns a client for the Pub/Sub server at addr, dialled without
+// TLS or credentials as an emulator is. opts are applied after those, so a
+// test can add interceptors with option.WithGRPCDialOption.
+func Connect(ctx context.Context, addr string, opts ...option.ClientOption) (*pubsub.Client, error) {
+	base := []option.ClientOption{
+		option.WithEndpoint(addr),
+		option.WithoutAuthentication(),
+		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
+		option.WithTelemetryDisabled(),
+	}
+	return pubsub.NewClient(ctx, Project, append(base, opts...)...)
+}
+
+// Client connects to addr for the length of a test: the client is closed
+// when the test ends.
+func Client(t testing.TB, addr string, opts ...option.ClientOption) *pubsub.Client {
+	t.Helper()
+	c, err := Connect(context.Background(), addr, opts...)
+	if err != nil {
+		t.Fatalf("harness: connect to %s: %v", addr, err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Pstest starts a pstest server with the given reactors for the length of a
+// test and returns it with a connected client. The client is closed before
+// the server.
+func Pstest(t testing.TB, opts ...pstest.ServerReactorOption) (*pstest.Server, *pubsub.Client) {
+	t.Helper()
+	srv := pstest.NewServer(opts...)
+	t.Cleanup(func() { _ = srv.Close() })
+	return srv, Client(t, srv.Addr)
+}

@@ -1,0 +1,33 @@
+// Package leaktest checks that a test package leaves no goroutines behind,
+// ignoring the few that Pub/Sub's dependencies start once per process.
+package leaktest
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// processWide lists goroutines started by package initialisers of the
+// official client's dependencies. They live for the whole process and are
+// not ours to stop.
+var processWide = []goleak.Option{
+	// opencensus starts its stats worker in an init function.
+	goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
+}
+
+// VerifyTestMain runs the package's tests and fails the run if any
+// goroutine other than the process-wide ones is still running afterwards.
+// Use it as the body of TestMain.
+func VerifyTestMain(m *testing.M, opts ...goleak.Option) {
+	goleak.VerifyTestMain(m, append(opts, processWide...)...)
+}
+
+// Verify fails t if goroutines other than the process-wide ones are
+// running. Use it at the end of a test that must clean up after itself
+// while other tests of its package may still run goroutines of their own:
+// pass goleak.IgnoreCurrent() taken at the test's start.
+func Verify(t testing.TB, opts ...goleak.Option) {
+	t.Helper()
+	goleak.VerifyNone(t, append(opts, processWide...)...)
+}
