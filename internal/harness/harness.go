@@ -5,6 +5,7 @@ package harness
 
 import (
 	"context"
+	"os"
 	"testing"
 
 	"cloud.google.com/go/pubsub/v2"
@@ -50,4 +51,29 @@ func Pstest(t testing.TB, opts ...pstest.ServerReactorOption) (*pstest.Server, *
 	srv := pstest.NewServer(opts...)
 	t.Cleanup(func() { _ = srv.Close() })
 	return srv, Client(t, srv.Addr)
+}
+
+// EmulatorEnv names the variable that points the official client, and
+// keyorder's examples, at an emulator instead of Google Cloud.
+const EmulatorEnv = "PUBSUB_EMULATOR_HOST"
+
+// Open connects to the server that PUBSUB_EMULATOR_HOST names or, when it
+// is unset, to an embedded pstest server started for the purpose. It
+// returns the client, a description of the server for messages, and a
+// function that closes the client and any server Open started.
+func Open(ctx context.Context) (c *pubsub.Client, where string, closeAll func(), err error) {
+	if addr := os.Getenv(EmulatorEnv); addr != "" {
+		c, err := Connect(ctx, addr)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return c, "emulator at " + addr, func() { _ = c.Close() }, nil
+	}
+	srv := pstest.NewServer()
+	c, err = Connect(ctx, srv.Addr)
+	if err != nil {
+		_ = srv.Close()
+		return nil, "", nil, err
+	}
+	return c, "embedded pstest at " + srv.Addr, func() { _ = c.Close(); _ = srv.Close() }, nil
 }

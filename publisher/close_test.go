@@ -1,0 +1,182 @@
+package publisher_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/keyorder/keyorder/publisher"
+)
+
+// slowBatches holds messages in the official client's batches for an hour
+// unless something flushes them.
+func slowBatches(n int) pubsub.PublishSettings {
+	s := pubsub.DefaultPublishSettings
+	s.CountThreshold = n
+	s.DelayThreshold = time.Hour
+	return s
+}
+
+func TestPublishAfterClose(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := testContext(t)
+	p, err := publisher.New(e.client, e.topic)
+	require.NoError(t, err)
+	require.NoError(t, p.Close(ctx))
+	require.NoError(t, p.Close(ctx), "Close is idempotent")
+
+	for _, key := range []string{"", "k"} {
+		_, err = p.Publish(ctx, &publisher.Message{Data: []byte("late")}, publisher.WithOrderingKey(key)).Get(ctx)
+		assert.ErrorIs(t, err, publisher.ErrClosed)
+	}
+	assert.Empty(t, e.stored())
+}
+
+// TestCloseFlushes checks that Close sends what the official client is
+// still batching, rather than waiting for its delay threshold.
+func TestCloseFlushes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := testContext(t)
+	p, err := publisher.New(e.client, e.topic, publisher.WithPublishSettings(slowBatches(100)))
+	require.NoError(t, err)
+
+	var results []*publisher.Result
+	for i := 0; i < 10; i++ {
+		results = append(results, p.Publish(ctx, &publisher.Message{Data: []byte(fmt.Sprint(i))}, publisher.WithOrderingKey(fmt.Sprint(i%3))))
+	}
+	results = append(results, p.Publish(ctx, &publisher.Message{Data: []byte("unordered")}))
+	require.NoError(t, p.Close(ctx))
+	for i, r := range results {
+		require.True(t, isReady(r), "result %d not ready after Close", i)
+		_, err := r.Get(ctx)
+		require.NoError(t, err)
+	}
+	assert.Len(t, e.stored(), 11)
+}
+
+// TestCloseIsBoundedByContext holds the server, so Close cannot finish:
+// it returns the context's error, and a later Close waits for the end.
+func TestCloseIsBoundedByContext(t *testing.T) {
+	t.Parallel()
+	held := make(chan struct{}, 1)
+	release := newGate()
+	e := newEnv(t, onPublish(func(*pubsubpb.PublishRequest) (*pubsubpb.PublishResponse, error) {
+		held <- struct{}{}
+		<-release.ch
+		return nil, nil
+	}))
+	t.Cleanup(release.open)
+	ctx := testContext(t)
+	p, err := publisher.New(e.client, e.topic, publisher.WithPublishSettings(settings(1)))
+	require.NoError(t, err)
+
+	res := p.Publish(ctx, &publisher.Message{Data: []byte("x")}, publisher.WithOrderingKey("k"))
+	<-held
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, p.Close(short), context.DeadlineExceeded)
+	require.False(t, isReady(res))
+
+	release.open()
+	require.NoError(t, p.Close(ctx))
+	require.True(t, isReady(res))
+	_, err = res.Get(ctx)
+	require.NoError(t, err)
+}
+
+// TestCloseSendsHeldMessages covers a key that is recovering from a
+// failure while Close runs: the message held behind the failed tail is sent
+// during Close, even though batches otherwise wait an hour.
+func TestCloseSendsHeldMessages(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, onPublish(func(req *pubsubpb.PublishRequest) (*pubsubpb.PublishResponse, error) {
+		if string(req.Messages[0].Data) == "K-0" {
+			return nil, status.Error(codes.FailedPrecondition, "injected")
+		}
+		return nil, nil
+	}))
+	ctx := testContext(t)
+	p, err := publisher.New(e.client, e.topic, publisher.WithPublishSettings(slowBatches(2)))
+	require.NoError(t, err)
+	pub := func(i int) *publisher.Result {
+		return p.Publish(ctx, &publisher.Message{Data: []byte(fmt.Sprintf("K-%d", i))}, publisher.WithOrderingKey("K"))
+	}
+
+	// K-0 and K-1 fill a batch, which fails; K-2 waits alone in the next
+	// batch, for an hour, and fails with the tail at once.
+	first, second, tail := pub(0), pub(1), pub(2)
+	for _, r := range []*publisher.Result{first, second, tail} {
+		_, err := r.Get(ctx)
+		require.Error(t, err)
+	}
+	// Published after the failure was reported: held until K-2 has
+	// drained out of the official client.
+	held := pub(3)
+	require.False(t, isReady(held))
+
+	require.NoError(t, p.Close(ctx))
+	_, err = held.Get(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"K-3"}, e.storedData("K"))
+}
+
+// TestConcurrentPublishAndClose races publishers against Close: every
+// result must be ready once Close returns, and each message is either
+// published or refused with ErrClosed.
+func TestConcurrentPublishAndClose(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := testContext(t)
+	p, err := publisher.New(e.client, e.topic, publisher.WithPublishSettings(settings(5)))
+	require.NoError(t, err)
+
+	const goroutines, each = 8, 100
+	var (
+		mu      sync.Mutex
+		results []*publisher.Result
+		wg      sync.WaitGroup
+		started = make(chan struct{}, goroutines)
+	)
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			started <- struct{}{}
+			for i := 0; i < each; i++ {
+				r := p.Publish(ctx, &publisher.Message{Data: []byte(fmt.Sprint(i))}, publisher.WithOrderingKey(fmt.Sprint(g%3)))
+				mu.Lock()
+				results = append(results, r)
+				mu.Unlock()
+			}
+		}()
+	}
+	for g := 0; g < goroutines; g++ {
+		<-started
+	}
+	require.NoError(t, p.Close(ctx))
+	wg.Wait()
+
+	published := 0
+	for _, r := range results {
+		require.True(t, isReady(r))
+		_, err := r.Get(ctx)
+		if err == nil {
+			published++
+			continue
+		}
+		require.True(t, errors.Is(err, publisher.ErrClosed), "unexpected %v", err)
+	}
+	assert.Len(t, e.stored(), published)
+}

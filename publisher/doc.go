@@ -1,0 +1,45 @@
+// Package publisher publishes messages to Google Cloud Pub/Sub in order per
+// key, on top of the official cloud.google.com/go/pubsub/v2 client.
+//
+//	p, err := publisher.New(client, "orders", publisher.WithDefaultOrderingKey("global"))
+//	if err != nil {
+//		return err
+//	}
+//	defer p.Close(ctx)
+//
+//	res := p.Publish(ctx, &publisher.Message{
+//		Data:    []byte(`{"order":42}`),
+//		Headers: map[string]string{"partition-key": "customer-7", "kind": "created"},
+//	})
+//	id, err := res.Get(ctx)
+//
+// # Ordering keys
+//
+// A message's key is the first non-empty of the call's [WithOrderingKey],
+// its "partition-key" header ([ordering.Header]) and the publisher's
+// [WithDefaultOrderingKey] (rule P1). The key travels as the Pub/Sub
+// ordering key, never as an attribute; every other header becomes an
+// attribute (P2). Messages with no key are unordered.
+//
+// # Order and failure
+//
+// Messages of one key reach the topic in the order of their Publish calls,
+// one batch in flight at a time (P3). If a message fails, every later
+// message of its key already published fails with it, so nothing published
+// after the failed message can overtake it (P4); the key then resumes by
+// itself, and the next Publish call is sent normally (P5). The caller never
+// calls the official client's ResumePublish. The error, a [*PublishError],
+// names the key and the cause; to retry, publish the failed messages again,
+// in order.
+//
+// Invalid messages fail with a [*ValidationError] before anything is sent,
+// and do not affect their key (P6).
+//
+// # Cost
+//
+// A key with nothing outstanding leaves no state behind (P7). A key with
+// messages in flight costs one small struct and one goroutine, which waits
+// for the official client's results of that key in order.
+//
+// Rule numbers refer to the ordering contract in the project's DESIGN.md.
+package publisher

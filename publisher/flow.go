@@ -1,0 +1,83 @@
+package publisher
+
+import (
+	"context"
+
+	"cloud.google.com/go/pubsub/v2"
+	"golang.org/x/sync/semaphore"
+)
+
+// flowControl bounds the messages and bytes a publisher has outstanding.
+//
+// keyorder applies it instead of the official client, whose flow controller
+// pauses a message's ordering key when it refuses the message, failing
+// every earlier message of the key that is still queued. Here a refused
+// message fails alone, before its key is touched, and a cancelled ctx
+// leaves no trace.
+type flowControl struct {
+	block    bool                // FlowControlBlock; otherwise FlowControlSignalError
+	count    *semaphore.Weighted // outstanding messages
+	bytes    *semaphore.Weighted // outstanding bytes, nil for no limit
+	maxBytes int64
+}
+
+// newFlowControl returns nil when s asks for no flow control.
+func newFlowControl(s pubsub.FlowControlSettings) *flowControl {
+	if s.LimitExceededBehavior != pubsub.FlowControlBlock && s.LimitExceededBehavior != pubsub.FlowControlSignalError {
+		return nil
+	}
+	maxMsgs := int64(s.MaxOutstandingMessages)
+	if maxMsgs <= 0 {
+		maxMsgs = int64(pubsub.DefaultPublishSettings.FlowControlSettings.MaxOutstandingMessages)
+	}
+	f := &flowControl{
+		block: s.LimitExceededBehavior == pubsub.FlowControlBlock,
+		count: semaphore.NewWeighted(maxMsgs),
+	}
+	if s.MaxOutstandingBytes > 0 {
+		f.maxBytes = int64(s.MaxOutstandingBytes)
+		f.bytes = semaphore.NewWeighted(f.maxBytes)
+	}
+	return f
+}
+
+// acquire reserves room for one message of size bytes. When blocking, a
+// message larger than the byte limit waits for the whole limit, so that it
+// can still be sent alone. On error nothing is reserved.
+func (f *flowControl) acquire(ctx context.Context, size int) error {
+	if f.block {
+		if err := f.count.Acquire(ctx, 1); err != nil {
+			return err
+		}
+		if f.bytes != nil {
+			if err := f.bytes.Acquire(ctx, f.bound(size)); err != nil {
+				f.count.Release(1)
+				return err
+			}
+		}
+		return nil
+	}
+	if !f.count.TryAcquire(1) {
+		return pubsub.ErrFlowControllerMaxOutstandingMessages
+	}
+	if f.bytes != nil && !f.bytes.TryAcquire(int64(size)) {
+		f.count.Release(1)
+		return pubsub.ErrFlowControllerMaxOutstandingBytes
+	}
+	return nil
+}
+
+// release returns the room acquire reserved for a message of size bytes.
+func (f *flowControl) release(size int) {
+	f.count.Release(1)
+	if f.bytes != nil {
+		f.bytes.Release(f.bound(size))
+	}
+}
+
+func (f *flowControl) bound(size int) int64 {
+	if f.block {
+		return min(int64(size), f.maxBytes)
+	}
+	return int64(size)
+}

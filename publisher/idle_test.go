@@ -1,0 +1,65 @@
+package publisher_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/keyorder/keyorder/publisher"
+)
+
+// TestIdleKeysLeaveNoState checks P7: waves of distinct keys, each key used
+// once and then idle, must not grow the heap. The server answers without
+// storing, so the heap measures the client side only: keyorder's gates and
+// the official client's per-key bundlers.
+func TestIdleKeysLeaveNoState(t *testing.T) {
+	if testing.Short() {
+		t.Skip("publishes hundreds of thousands of messages")
+	}
+	// 300,000 keys without the race detector; under it, RPCs are ten
+	// times slower and 40,000 keys keep the test short. Growth is measured
+	// per key, so both sizes test the same thing.
+	const warmup = 2
+	waves, perWave := 7, 50_000
+	if raceEnabled {
+		waves, perWave = 5, 10_000
+	}
+	e := newEnv(t, discardPublishes())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	p := e.newPublisher(t)
+
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	results := make([]*publisher.Result, perWave)
+	data := []byte("x")
+	var base uint64
+	for w := 0; w < waves; w++ {
+		for i := range results {
+			results[i] = p.Publish(ctx, &publisher.Message{Data: data}, publisher.WithOrderingKey(fmt.Sprintf("w%d-k%d", w, i)))
+		}
+		for _, r := range results {
+			_, err := r.Get(ctx)
+			require.NoError(t, err)
+		}
+		clear(results)
+		if w == warmup-1 {
+			base = heap() // buffers, pools and maps have reached their size
+		}
+	}
+	grown := int64(heap()) - int64(base)
+	keys := (waves - warmup) * perWave
+	perKey := float64(grown) / float64(keys)
+	t.Logf("heap after %d warm-up waves %d KB, after %d more keys %+d KB: %.2f bytes per idle key", warmup, base>>10, keys, grown>>10, perKey)
+	assert.Less(t, perKey, 8.0, "idle keys leave state behind")
+}

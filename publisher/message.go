@@ -1,0 +1,129 @@
+package publisher
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/keyorder/keyorder/ordering"
+)
+
+// Limits the service enforces on each message (P6). Publish checks them
+// before anything is sent.
+const (
+	MaxAttributes          = 100
+	MaxAttributeKeyBytes   = 256
+	MaxAttributeValueBytes = 1024
+)
+
+// reservedPrefix starts attribute keys that the service keeps for itself.
+const reservedPrefix = "goog"
+
+// A Message is what [Publisher.Publish] sends.
+//
+// Headers become the message's Pub/Sub attributes, except [ordering.Header],
+// which names the ordering key instead (P1, P2). Publish keeps Data and
+// Headers until the message's [Result] is ready: do not modify them before.
+type Message struct {
+	Data    []byte
+	Headers map[string]string
+}
+
+// prepared is a message checked against the service's limits and shaped as
+// the official client wants it.
+type prepared struct {
+	msg  *pubsub.Message
+	size int // encoded size, for flow control
+}
+
+// prepare resolves msg's ordering key (P1), checks it against the service's
+// limits (P6), and builds the official client's message. It returns a
+// *ValidationError for bad input.
+func (p *Publisher) prepare(msg *Message, callKey string) (prepared, error) {
+	if msg == nil {
+		return prepared{}, &ValidationError{Err: ErrNilMessage}
+	}
+	key := ordering.Resolve(callKey, msg.Headers, p.defaultKey)
+	invalid := func(err error, format string, args ...any) (prepared, error) {
+		return prepared{}, &ValidationError{Key: truncate(key), Err: err, Detail: fmt.Sprintf(format, args...)}
+	}
+	if err := ordering.Validate(key); err != nil {
+		return prepared{}, &ValidationError{Key: truncate(key), Err: err}
+	}
+
+	attrs := msg.Headers
+	if _, ok := attrs[ordering.Header]; ok {
+		// The key never travels as an attribute (P2). Copy rather than
+		// delete: the caller's map is not ours to change.
+		attrs = make(map[string]string, len(msg.Headers)-1)
+		for k, v := range msg.Headers {
+			if k != ordering.Header {
+				attrs[k] = v
+			}
+		}
+	}
+	if len(attrs) > MaxAttributes {
+		return invalid(ErrTooManyAttributes, "%d, limit %d", len(attrs), MaxAttributes)
+	}
+	if len(attrs) == 0 {
+		if len(msg.Data) == 0 {
+			return invalid(ErrEmptyMessage, "")
+		}
+		attrs = nil
+	}
+	// bound is an upper bound of the encoded size; the exact size is only
+	// computed when the bound comes near the limit.
+	bound := fieldBound(len(msg.Data)) + fieldBound(len(key))
+	for k, v := range attrs {
+		switch {
+		case len(k) > MaxAttributeKeyBytes:
+			return invalid(ErrAttributeKeyTooLong, "key %q... is %d bytes, limit %d", truncate(k), len(k), MaxAttributeKeyBytes)
+		case len(v) > MaxAttributeValueBytes:
+			return invalid(ErrAttributeValueTooLong, "value of %q is %d bytes, limit %d", k, len(v), MaxAttributeValueBytes)
+		case strings.HasPrefix(k, reservedPrefix):
+			return invalid(ErrReservedAttribute, "key %q", k)
+		case !utf8.ValidString(k):
+			return invalid(ErrAttributeNotUTF8, "key %q", k)
+		case !utf8.ValidString(v):
+			return invalid(ErrAttributeNotUTF8, "value of %q", k)
+		}
+		bound += fieldBound(fieldBound(len(k)) + fieldBound(len(v)))
+	}
+	m := &pubsub.Message{Data: msg.Data, Attributes: attrs, OrderingKey: key}
+	size := bound
+	if bound > p.maxBytes {
+		size = proto.Size(&pubsubpb.PubsubMessage{Data: m.Data, Attributes: m.Attributes, OrderingKey: m.OrderingKey})
+		if size > p.maxBytes {
+			return invalid(ErrMessageTooLarge, "%d bytes encoded, limit %d", size, p.maxBytes)
+		}
+	}
+	return prepared{msg: m, size: size}, nil
+}
+
+// fieldBound bounds the encoded size of a length-delimited protobuf field
+// whose content is n bytes: a one-byte tag, the length varint, the content.
+func fieldBound(n int) int {
+	return 1 + protowire.SizeVarint(uint64(n)) + n
+}
+
+// maxMessageBytes is the largest encoded message the official client puts
+// in a Publish request to topic: the 10 MB request limit, less the topic
+// field and the framing of the repeated message field.
+func maxMessageBytes(topic string) int {
+	const framing = 5 // tag and length of the one message, as the official client reserves
+	return pubsub.MaxPublishRequestBytes - fieldBound(len(topic)) - framing
+}
+
+// truncate shortens s for an error message.
+func truncate(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	return s[:max]
+}

@@ -1,0 +1,77 @@
+package publisher
+
+import (
+	"errors"
+	"fmt"
+
+	"cloud.google.com/go/pubsub/v2"
+
+	"github.com/keyorder/keyorder/ordering"
+)
+
+// An Option configures a [Publisher]. Options are checked once, in [New].
+type Option func(*config) error
+
+type config struct {
+	defaultKey string
+	settings   pubsub.PublishSettings
+}
+
+// WithDefaultOrderingKey sets the publisher's default ordering key: the key
+// of every message that names none in its call or its [ordering.Header]
+// header (P1). The default is "", which publishes such messages unordered.
+// New returns an error matching [ordering.ErrKeyTooLong] or
+// [ordering.ErrKeyNotUTF8] if key is not a valid ordering key.
+func WithDefaultOrderingKey(key string) Option {
+	return func(c *config) error {
+		if err := ordering.Validate(key); err != nil {
+			return fmt.Errorf("keyorder/publisher: WithDefaultOrderingKey: %w", err)
+		}
+		c.defaultKey = key
+		return nil
+	}
+}
+
+// WithPublishSettings sets the official client's batching, timeout and flow
+// control settings. The default is pubsub.DefaultPublishSettings: batches of
+// up to 100 messages or 1 MB, sent after at most 10 ms, with a 60 s timeout
+// and no flow control.
+//
+// Flow control is applied by keyorder rather than the official client, so
+// that a message refused by flow control fails alone and its key stays
+// open: with FlowControlBlock, Publish blocks until the message fits or its
+// ctx ends; with FlowControlSignalError, it fails at once with
+// pubsub.ErrFlowControllerMaxOutstandingMessages or
+// pubsub.ErrFlowControllerMaxOutstandingBytes. A MaxOutstandingMessages of
+// 0 or less means 1000, and a MaxOutstandingBytes of 0 or less means no
+// byte limit, as in the official client.
+//
+// New returns an error for HedgingSettings, which the official client does
+// not allow with message ordering, and for negative thresholds. A
+// CountThreshold above pubsub.MaxPublishRequestCount is lowered to it.
+func WithPublishSettings(s pubsub.PublishSettings) Option {
+	return func(c *config) error {
+		switch {
+		case s.HedgingSettings != nil:
+			return errors.New("keyorder/publisher: WithPublishSettings: hedging cannot be used with ordering keys")
+		case s.CountThreshold < 0, s.ByteThreshold < 0, s.DelayThreshold < 0, s.Timeout < 0, s.NumGoroutines < 0:
+			return fmt.Errorf("keyorder/publisher: WithPublishSettings: negative threshold in %+v", s)
+		}
+		s.CountThreshold = min(s.CountThreshold, pubsub.MaxPublishRequestCount)
+		c.settings = s
+		return nil
+	}
+}
+
+// A PublishOption configures one call to [Publisher.Publish]. It is a small
+// value rather than a function, so that passing one costs no allocation.
+type PublishOption struct {
+	key string
+}
+
+// WithOrderingKey sets the message's ordering key. It takes precedence over
+// the message's [ordering.Header] header and the publisher's default (P1).
+// An empty key has no effect.
+func WithOrderingKey(key string) PublishOption {
+	return PublishOption{key: key}
+}

@@ -1,0 +1,161 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"cloud.google.com/go/pubsub/v2"
+)
+
+// Publisher publishes messages to one topic with ordering keys. It wraps
+// one official *pubsub.Publisher with message ordering on, which keeps one
+// batch in flight per key (P3), and adds key resolution (P1, P2), input
+// validation (P6), a per-key failure gate with automatic resume (P4, P5),
+// and a shutdown bounded by a context.
+//
+// A Publisher is safe for concurrent use. Its zero value is not usable:
+// create one with [New].
+type Publisher struct {
+	pub        *pubsub.Publisher
+	defaultKey string
+	maxBytes   int          // largest encoded message the service takes on this topic
+	flow       *flowControl // nil when the settings ask for no flow control
+
+	// shards hold the per-key gates (gate.go), spread by key so that
+	// publishers on different keys rarely share a mutex.
+	shards [numShards]shard
+
+	// closeMu orders Publish against Close: Publish holds it for reading
+	// while it checks closed and hands its message over, Close holds it
+	// to set closed. Once Close has set closed, no Publish is half done.
+	closeMu sync.RWMutex
+	closed  bool // guarded by closeMu
+
+	// watchers counts the gate goroutines, one per key with messages in
+	// flight. Add is called with the key's shard mutex held, so every Add
+	// happens before Close marks that shard closing and then waits.
+	watchers  sync.WaitGroup
+	closeOnce sync.Once
+	done      chan struct{} // closed by shutdown when every result is ready
+}
+
+// New returns a Publisher for the topic topicID (an ID or a full
+// "projects/P/topics/T" name) of client's project. Like the official
+// client, it does no I/O: a missing topic shows up as failed results.
+//
+// The caller keeps ownership of client and closes it after [Publisher.Close].
+func New(client *pubsub.Client, topicID string, opts ...Option) (*Publisher, error) {
+	if client == nil {
+		return nil, errors.New("keyorder/publisher: New with nil client")
+	}
+	if topicID == "" {
+		return nil, errors.New("keyorder/publisher: New with empty topic ID")
+	}
+	cfg := config{settings: pubsub.DefaultPublishSettings}
+	for _, opt := range opts {
+		if err := opt(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	p := &Publisher{
+		pub:        client.Publisher(topicID),
+		defaultKey: cfg.defaultKey,
+		flow:       newFlowControl(cfg.settings.FlowControlSettings),
+		done:       make(chan struct{}),
+	}
+	settings := cfg.settings
+	// keyorder does flow control itself (see flowControl).
+	settings.FlowControlSettings.LimitExceededBehavior = pubsub.FlowControlIgnore
+	p.pub.PublishSettings = settings
+	p.pub.EnableMessageOrdering = true
+	p.maxBytes = maxMessageBytes(p.pub.String())
+	for i := range p.shards {
+		p.shards[i].keys = make(map[string]*keyState)
+	}
+	return p, nil
+}
+
+// Publish publishes msg asynchronously and returns its [Result].
+//
+// The ordering key is the first non-empty of [WithOrderingKey], the
+// message's [ordering.Header] header, and the publisher's default (P1). It
+// travels as the Pub/Sub ordering key; every other header becomes an
+// attribute (P2). Messages of one key reach the topic in the order of their
+// Publish calls (P3). Messages without a key are unordered and published in
+// parallel.
+//
+// Invalid input fails at once with a *ValidationError, nothing is sent, and
+// the key is not paused (P6). When a message of a key fails, its key's
+// unsent tail fails with it, and the key resumes by itself (P4, P5): see
+// [PublishError].
+//
+// Publish does not block, except under FlowControlBlock flow control (see
+// [WithPublishSettings]), where it waits for room until ctx ends; it then
+// returns a Result with ctx.Err(), and nothing is sent.
+func (p *Publisher) Publish(ctx context.Context, msg *Message, opts ...PublishOption) *Result {
+	var callKey string
+	for _, opt := range opts {
+		if opt.key != "" {
+			callKey = opt.key
+		}
+	}
+	pm, err := p.prepare(msg, callKey)
+	if err != nil {
+		return failed(err)
+	}
+	if p.flow != nil {
+		if err := p.flow.acquire(ctx, pm.size); err != nil {
+			return failed(err)
+		}
+	}
+	p.closeMu.RLock()
+	defer p.closeMu.RUnlock()
+	if p.closed {
+		if p.flow != nil {
+			p.flow.release(pm.size)
+		}
+		return failed(ErrClosed)
+	}
+	if pm.msg.OrderingKey == "" && p.flow == nil {
+		// Nothing to gate and nothing to release: the official result is
+		// the answer.
+		return directResult(p.pub.Publish(ctx, pm.msg), pm.size)
+	}
+	return p.enqueue(ctx, pm)
+}
+
+// Close stops the publisher: later Publish calls fail with [ErrClosed].
+// It sends what is buffered and returns once every Result is ready and
+// every goroutine the publisher started has exited.
+//
+// If ctx ends first, Close returns ctx.Err() and the shutdown carries on in
+// the background; calling Close again waits for it again. Close is
+// idempotent: once the shutdown has finished, it returns nil at once.
+func (p *Publisher) Close(ctx context.Context) error {
+	p.closeOnce.Do(func() {
+		p.closeMu.Lock()
+		p.closed = true
+		p.closeMu.Unlock()
+		for i := range p.shards {
+			p.shards[i].markClosing()
+		}
+		go p.shutdown()
+	})
+	select {
+	case <-p.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// shutdown flushes the official publisher, waits for every gate to drain,
+// then stops the official publisher. A gate that sends held messages while
+// closing flushes them itself (see watch), so one flush here is enough.
+func (p *Publisher) shutdown() {
+	defer close(p.done)
+	p.pub.Flush()
+	p.watchers.Wait()
+	p.pub.Stop()
+}

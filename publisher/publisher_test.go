@@ -1,0 +1,148 @@
+package publisher_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"cloud.google.com/go/pubsub/v2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/keyorder/keyorder/ordering"
+	"github.com/keyorder/keyorder/publisher"
+)
+
+// TestKeyResolutionAndHeaders checks P1 and P2 on what the server stored:
+// the key comes from the call, then the header, then the default, and it is
+// never an attribute, while every other header is.
+func TestKeyResolutionAndHeaders(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := testContext(t)
+	p := e.newPublisher(t, publisher.WithDefaultOrderingKey("default-key"))
+
+	tests := []struct {
+		name    string
+		call    string
+		headers map[string]string
+		wantKey string
+	}{
+		{"call option wins", "call-key", map[string]string{ordering.Header: "header-key", "a": "1"}, "call-key"},
+		{"header over default", "", map[string]string{ordering.Header: "header-key", "a": "2"}, "header-key"},
+		{"default last", "", map[string]string{"a": "3"}, "default-key"},
+		{"empty header falls through", "", map[string]string{ordering.Header: "", "a": "4"}, "default-key"},
+	}
+	for _, tt := range tests {
+		var opts []publisher.PublishOption
+		if tt.call != "" {
+			opts = append(opts, publisher.WithOrderingKey(tt.call))
+		}
+		id, err := p.Publish(ctx, &publisher.Message{Data: []byte(tt.name), Headers: tt.headers}, opts...).Get(ctx)
+		require.NoError(t, err, tt.name)
+
+		m := e.srv.Message(id)
+		require.NotNil(t, m, tt.name)
+		assert.Equal(t, tt.wantKey, m.OrderingKey, tt.name)
+		assert.NotContains(t, m.Attributes, ordering.Header, tt.name)
+		want := map[string]string{}
+		for k, v := range tt.headers {
+			if k != ordering.Header {
+				want[k] = v
+			}
+		}
+		assert.Equal(t, want, m.Attributes, tt.name)
+		// The caller's map is left as it was.
+		if v, ok := tt.headers[ordering.Header]; ok {
+			assert.Equal(t, v, tt.headers[ordering.Header])
+		}
+	}
+}
+
+// TestNoKeyIsUnordered checks that a publisher with no default sends
+// messages without a key as unordered.
+func TestNoKeyIsUnordered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := testContext(t)
+	p := e.newPublisher(t)
+
+	id, err := p.Publish(ctx, &publisher.Message{Data: []byte("x"), Headers: map[string]string{"h": "v"}}).Get(ctx)
+	require.NoError(t, err)
+	m := e.srv.Message(id)
+	require.NotNil(t, m)
+	assert.Empty(t, m.OrderingKey)
+	assert.Equal(t, map[string]string{"h": "v"}, m.Attributes)
+}
+
+// TestOrderPerKey publishes interleaved keys from one goroutine per key and
+// checks the server holds each key's messages in Publish order (P3).
+func TestOrderPerKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := testContext(t)
+	p := e.newPublisher(t, publisher.WithPublishSettings(settings(3)))
+
+	const keys, perKey = 8, 40
+	errs := make(chan error, keys)
+	for k := 0; k < keys; k++ {
+		go func() {
+			key := fmt.Sprintf("k%d", k)
+			var results []*publisher.Result
+			for i := 0; i < perKey; i++ {
+				results = append(results, p.Publish(ctx, &publisher.Message{Data: []byte(fmt.Sprint(i))}, publisher.WithOrderingKey(key)))
+			}
+			for _, r := range results {
+				if _, err := r.Get(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for k := 0; k < keys; k++ {
+		require.NoError(t, <-errs)
+	}
+	for k := 0; k < keys; k++ {
+		want := make([]string, perKey)
+		for i := range want {
+			want[i] = fmt.Sprint(i)
+		}
+		assert.Equal(t, want, e.storedData(fmt.Sprintf("k%d", k)))
+	}
+}
+
+func TestNewRejectsBadConfiguration(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	hedged := pubsub.DefaultPublishSettings
+	hedged.HedgingSettings = &pubsub.HedgingSettings{}
+	negative := pubsub.DefaultPublishSettings
+	negative.CountThreshold = -1
+
+	tests := []struct {
+		name   string
+		client *pubsub.Client
+		topic  string
+		opts   []publisher.Option
+		is     error
+	}{
+		{"nil client", nil, "t", nil, nil},
+		{"empty topic", e.client, "", nil, nil},
+		{"default key too long", e.client, "t", []publisher.Option{publisher.WithDefaultOrderingKey(string(make([]byte, 1025)))}, ordering.ErrKeyTooLong},
+		{"default key not utf8", e.client, "t", []publisher.Option{publisher.WithDefaultOrderingKey("\xff")}, ordering.ErrKeyNotUTF8},
+		{"hedging", e.client, "t", []publisher.Option{publisher.WithPublishSettings(hedged)}, nil},
+		{"negative threshold", e.client, "t", []publisher.Option{publisher.WithPublishSettings(negative)}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := publisher.New(tt.client, tt.topic, tt.opts...)
+			require.Error(t, err)
+			assert.Nil(t, p)
+			if tt.is != nil {
+				assert.True(t, errors.Is(err, tt.is), "%v is not %v", err, tt.is)
+			}
+		})
+	}
+}
