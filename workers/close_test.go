@@ -35,13 +35,8 @@ func TestCloseRunsQueued(t *testing.T) {
 			}
 		}
 		closed := result(func() error { return p.Close(context.Background()) })
-		synctest.Wait()
+		notYet(t, closed, "Close before the queued tasks ran")
 		assert.Empty(t, log.get(), "queued tasks wait for the gates")
-		select {
-		case err := <-closed:
-			require.FailNow(t, "Close returned before the queued tasks ran", "err: %v", err)
-		default:
-		}
 		assert.ErrorIs(t, p.Submit(context.Background(), "k", func() {}), workers.ErrClosed)
 	})
 }
@@ -51,13 +46,8 @@ func TestCloseRunsQueued(t *testing.T) {
 func TestCloseBoundedByCtx(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		p := newPool(t, 1)
 		log := new(events)
-		g := newGate()
-		require.NoError(t, p.SubmitTask(context.Background(), "k", &task{name: "running", log: log, run: g.run}))
-		g.waitStarted(t)
-		require.NoError(t, p.SubmitTask(context.Background(), "k", &task{name: "a", log: log}))
-		require.NoError(t, p.SubmitTask(context.Background(), "other", &task{name: "b", log: log}))
+		p, g := busyPool(t, log, 1, []string{"a", "b"})
 
 		for range 2 { // the second Close waits again, and again gives up
 			start := time.Now()
@@ -70,39 +60,26 @@ func TestCloseBoundedByCtx(t *testing.T) {
 
 		g.open()
 		require.NoError(t, p.Close(context.Background()))
-		assert.Equal(t, []string{"drop a", "drop b", "run running"}, log.get())
+		assert.Equal(t, []string{"drop a", "drop b", "run gated"}, log.get())
 	})
 }
 
 func TestStopDropsQueued(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		p := newPool(t, 2)
 		log := new(events)
-		g := newGate()
-		require.NoError(t, p.SubmitTask(context.Background(), "k", &task{name: "running", log: log, run: g.run}))
-		g.waitStarted(t)
-		require.NoError(t, p.SubmitTask(context.Background(), "k", &task{name: "a", log: log}))
-		require.NoError(t, p.SubmitTask(context.Background(), "k", &task{name: "b", log: log}))
+		p, g := busyPool(t, log, 2, []string{"a", "b"})
 
 		stopped := result(func() error { return p.Stop(context.Background()) })
-		synctest.Wait()
+		notYet(t, stopped, "Stop before the running task")
 		assert.Equal(t, []string{"drop a", "drop b"}, log.get(), "Stop drops at once, in order")
-		select {
-		case err := <-stopped:
-			require.FailNow(t, "Stop returned before the running task", "err: %v", err)
-		default:
-		}
 		g.open()
 		require.NoError(t, <-stopped)
-		assert.Equal(t, []string{"drop a", "drop b", "run running"}, log.get())
+		assert.Equal(t, []string{"drop a", "drop b", "run gated"}, log.get())
 
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		g = newGate()
-		p = newPool(t, 1)
-		require.NoError(t, p.Submit(context.Background(), "k", g.run))
-		g.waitStarted(t)
+		p, g = busyPool(t, log, 1, nil)
 		require.ErrorIs(t, p.Stop(ctx), context.DeadlineExceeded, "Stop is bounded by ctx")
 		g.open()
 	})

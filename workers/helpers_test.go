@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -136,6 +137,34 @@ func (b *barrier) arrive() bool {
 	case <-time.After(patience):
 		return false
 	}
+}
+
+// notYet fails the test if ch, a result channel, has a value once every
+// goroutine of the synctest bubble is blocked: what sends on it is still
+// waiting.
+func notYet(t *testing.T, ch <-chan error, what string) {
+	t.Helper()
+	synctest.Wait()
+	select {
+	case err := <-ch:
+		require.FailNow(t, what+" returned too early", "err: %v", err)
+	default:
+	}
+}
+
+// busyPool returns a pool of n partitions running the gated task "gated"
+// of key "k", with a task of key "k" queued behind it under each name in
+// queued.
+func busyPool(t *testing.T, log *events, n int, queued []string, opts ...workers.Option) (*workers.Pool, *gate) {
+	t.Helper()
+	p := newPool(t, n, opts...)
+	g := newGate()
+	require.NoError(t, p.SubmitTask(context.Background(), "k", &task{name: "gated", log: log, run: g.run}))
+	g.waitStarted(t)
+	for _, name := range queued {
+		require.NoError(t, p.SubmitTask(context.Background(), "k", &task{name: name, log: log}))
+	}
+	return p, g
 }
 
 // result runs f in a goroutine and returns a channel that gets its error.

@@ -3,6 +3,7 @@ package workers_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -17,50 +18,27 @@ import (
 // gated task and holding task "queued": the next Submit blocks.
 func fullPool(t *testing.T, log *events) (*workers.Pool, *gate) {
 	t.Helper()
-	p := newPool(t, 1, workers.WithQueueSize(1))
-	g := newGate()
-	require.NoError(t, p.SubmitTask(context.Background(), "k", &task{name: "gated", log: log, run: g.run}))
-	g.waitStarted(t)
-	require.NoError(t, p.SubmitTask(context.Background(), "k", &task{name: "queued", log: log}))
-	return p, g
+	return busyPool(t, log, 1, []string{"queued"}, workers.WithQueueSize(1))
 }
 
+// TestSubmitBlocksWhileQueueFull checks that Submit blocks on a full queue
+// until a slot frees or its ctx ends. A Submit whose ctx ends returns
+// ctx.Err() and leaves the queue as it was: its task never runs, and the
+// Submit blocked behind it takes the next slot.
 func TestSubmitBlocksWhileQueueFull(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		log := new(events)
-		p, g := fullPool(t, log)
-		blocked := result(func() error {
-			return p.SubmitTask(context.Background(), "k", &task{name: "blocked", log: log})
-		})
-		synctest.Wait()
-		select {
-		case err := <-blocked:
-			require.FailNow(t, "Submit returned on a full queue", "err: %v", err)
-		default:
-		}
-
-		g.open()
-		require.NoError(t, <-blocked)
-		require.NoError(t, p.Close(context.Background()))
-		assert.Equal(t, []string{"run gated", "run queued", "run blocked"}, log.get())
-	})
-}
-
-// TestSubmitReturnsWhenCtxEnds checks that a Submit whose ctx ends returns
-// ctx.Err() and leaves the queue as it was: its task never runs, and a
-// Submit blocked behind it still gets in.
-func TestSubmitReturnsWhenCtxEnds(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
-		ctx  func() (context.Context, context.CancelFunc) // end with the CancelFunc or by itself
+		ctx  func() (ctx context.Context, end func()) // end returns once ctx has ended
 		want error
 	}{
-		{"cancelled", func() (context.Context, context.CancelFunc) {
+		{"until a slot frees", func() (context.Context, func()) {
+			return context.Background(), func() {}
+		}, nil},
+		{"until ctx is cancelled", func() (context.Context, func()) {
 			return context.WithCancel(context.Background())
 		}, context.Canceled},
-		{"deadline", func() (context.Context, context.CancelFunc) {
+		{"until ctx deadline", func() (context.Context, func()) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			return ctx, func() { <-ctx.Done(); cancel() }
 		}, context.DeadlineExceeded},
@@ -72,19 +50,26 @@ func TestSubmitReturnsWhenCtxEnds(t *testing.T) {
 				log := new(events)
 				p, g := fullPool(t, log)
 				ctx, end := tt.ctx()
-				first := result(func() error { return p.SubmitTask(ctx, "k", &task{name: "gives up", log: log}) })
-				synctest.Wait() // first is blocked before second, so second is behind it
+				first := result(func() error { return p.SubmitTask(ctx, "k", &task{name: "first", log: log}) })
+				notYet(t, first, "Submit on a full queue") // and first blocks before second
 				second := result(func() error {
-					return p.SubmitTask(context.Background(), "k", &task{name: "waits", log: log})
+					return p.SubmitTask(context.Background(), "k", &task{name: "second", log: log})
 				})
-				synctest.Wait()
+				notYet(t, second, "Submit on a full queue")
 
 				end()
-				require.ErrorIs(t, <-first, tt.want)
+				want := []string{"run gated", "run queued", "run first", "run second"}
+				if tt.want != nil {
+					require.ErrorIs(t, <-first, tt.want)
+					want = slices.Delete(want, 2, 3)
+				}
 				g.open()
 				require.NoError(t, <-second)
+				if tt.want == nil {
+					require.NoError(t, <-first)
+				}
 				require.NoError(t, p.Close(context.Background()))
-				assert.Equal(t, []string{"run gated", "run queued", "run waits"}, log.get())
+				assert.Equal(t, want, log.get())
 			})
 		})
 	}
