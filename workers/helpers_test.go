@@ -114,14 +114,16 @@ func (g *gate) waitStarted(t *testing.T) {
 	}
 }
 
-// barrier lets n tasks each wait until all n are running at once.
+// barrier lets n tasks each wait until all n are running at once, or
+// until a deadline shared by all of them, patience after newBarrier.
 type barrier struct {
-	left atomic.Int32
-	all  chan struct{}
+	left     atomic.Int32
+	all      chan struct{}
+	deadline time.Time
 }
 
 func newBarrier(n int) *barrier {
-	b := &barrier{all: make(chan struct{})}
+	b := &barrier{all: make(chan struct{}), deadline: time.Now().Add(patience)}
 	b.left.Store(int32(n))
 	return b
 }
@@ -134,7 +136,7 @@ func (b *barrier) arrive() bool {
 	select {
 	case <-b.all:
 		return true
-	case <-time.After(patience):
+	case <-time.After(time.Until(b.deadline)):
 		return false
 	}
 }
