@@ -46,7 +46,8 @@
 // Both are bounded by a ctx; when Close's ctx ends, it drops what is still
 // queued. A task submitted with [Pool.SubmitTask] implements [Task], whose
 // Drop the pool calls instead of Run when it discards the task, so that
-// every accepted task is either run or dropped, exactly once.
+// every accepted task is either run or dropped, exactly once; a func given
+// to [Pool.Submit] is dropped silently.
 // [Pool.DropQueued] drops the queued tasks of one key, for a key that must
 // not go on after a failure (S5).
 package workers

@@ -17,9 +17,11 @@ import (
 // A Pool is safe for concurrent use. It starts its n goroutines in [New];
 // [Pool.Close] or [Pool.Stop] must be called for them to exit.
 //
-// The cost of a task is that of a mutex-guarded queue push and pop, about
-// the cost of two channel operations; the pool itself does not allocate per
-// task (see the benchmarks).
+// A task costs a mutex-guarded push and pop on its partition's queue: about
+// 80 ns for Submit plus run on a 2-core machine, with no allocation by the
+// pool: a tenth of the cost of a goroutine per task with a mutex per key
+// (BenchmarkOverhead). Each partition
+// holds its queue, allocated in New, and one goroutine.
 type Pool struct {
 	// parts is set by New and never changes; each partition guards itself.
 	parts []*partition
@@ -62,8 +64,8 @@ func (p *Pool) exited() {
 // [ordering.Partition](key, n), so it agrees with any other process using
 // the same n. It returns -1 for the empty key, whose tasks are not pinned.
 //
-// A subscriber can use it to keep per-partition state that only that
-// partition's tasks touch, and so needs no lock.
+// The tasks of one partition never run at once, so state indexed by
+// Partition and touched only by that partition's tasks needs no lock.
 func (p *Pool) Partition(key string) int {
 	if key == "" {
 		return -1
@@ -95,8 +97,10 @@ func (p *Pool) Submit(ctx context.Context, key string, task func()) error {
 // one full queue enter it in the order they blocked.
 //
 // Order: if one SubmitTask for a key returns before another for that key
-// starts, the first task's Run returns before the second's starts. Submit
-// returning nil happens before the task's Run starts.
+// starts, the first task is run or dropped before the second's Run starts.
+// Tasks with the empty key have no order. What the caller did before
+// SubmitTask happens before t.Run or t.Drop starts, and a task's Run
+// returning happens before the next task of its partition starts.
 //
 // A task must not submit to its own partition without a ctx that ends, as
 // it would wait for a slot only it can free.
@@ -125,14 +129,15 @@ func (p *Pool) index(key string) int {
 // DropQueued drops every task of key that is queued on its partition and
 // has not started: it calls their Drop, oldest first, on the calling
 // goroutine, and returns how many there were. A running task is not
-// affected, nor are tasks submitted after DropQueued took the queue's lock.
-// The empty key is not pinned to a partition, so DropQueued("") drops
+// affected, nor are tasks that enter the queue afterwards, Submits that
+// were blocked on the full queue included. The empty key is not pinned to a partition, so DropQueued("") drops
 // nothing and returns 0.
 //
 // It exists for S5: when a task of a key fails for good, the subscriber
 // calls DropQueued from that task to nack the key's tail at once, without
 // running it and without waiting for it to reach the front of a queue it
-// shares with other keys. Tasks submitted later are the caller's to hold.
+// shares with other keys. Holding back the key's later tasks is the
+// caller's job.
 func (p *Pool) DropQueued(key string) int {
 	if key == "" {
 		return 0
@@ -152,8 +157,9 @@ func (p *Pool) DropQueued(key string) int {
 // running at that moment carry on, and their partitions exit when they
 // return; a later Close or Stop waits for that again.
 //
-// Close is idempotent: once the pool has stopped it returns nil at once.
-// Calling it from a task waits for that task's own partition, so only ctx
+// When Close returns nil, every accepted task has been run or dropped, and
+// their effects are visible to the caller. Close is idempotent: once the
+// pool has stopped it returns nil at once. Calling it from a task waits for that task's own partition, so only ctx
 // can end the wait.
 func (p *Pool) Close(ctx context.Context) error {
 	p.shut(false)
@@ -173,7 +179,8 @@ func (p *Pool) Close(ctx context.Context) error {
 // It exists for S7: at shutdown a subscriber nacks what is queued and not
 // started, and lets the running handlers finish, bounded by its drain
 // timeout. Stop after Close drops what Close has not run yet; both are
-// idempotent.
+// idempotent, and when either returns nil every accepted task has been run
+// or dropped.
 func (p *Pool) Stop(ctx context.Context) error {
 	p.shut(true)
 	return p.wait(ctx)
