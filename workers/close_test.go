@@ -22,22 +22,29 @@ func TestCloseRunsQueued(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n = 2
 		p := newPool(t, n)
-		log := new(events)
-		var want []string
+		logs := make([]*events, n) // one per partition, whose order is defined
+		gates := make([]*gate, n)
+		want := make([][]string, n)
 		for part, key := range spreadKeys(n) {
-			g := newGate()
-			require.NoError(t, p.Submit(context.Background(), key, g.run))
-			defer g.open()
+			logs[part], gates[part] = new(events), newGate()
+			require.NoError(t, p.Submit(context.Background(), key, gates[part].run))
 			for i := range 3 {
 				name := fmt.Sprintf("p%d-%d", part, i)
-				require.NoError(t, p.SubmitTask(context.Background(), key, &task{name: name, log: log}))
-				want = append(want, "run "+name)
+				require.NoError(t, p.SubmitTask(context.Background(), key, &task{name: name, log: logs[part]}))
+				want[part] = append(want[part], "run "+name)
 			}
 		}
 		closed := result(func() error { return p.Close(context.Background()) })
 		notYet(t, closed, "Close before the queued tasks ran")
-		assert.Empty(t, log.get(), "queued tasks wait for the gates")
 		assert.ErrorIs(t, p.Submit(context.Background(), "k", func() {}), workers.ErrClosed)
+
+		for _, g := range gates {
+			g.open()
+		}
+		require.NoError(t, <-closed)
+		for part := range n {
+			assert.Equal(t, want[part], logs[part].get(), "partition %d", part)
+		}
 	})
 }
 
