@@ -163,8 +163,7 @@ func TestEveryAcceptedTaskRunsOrDropsOnce(t *testing.T) {
 	for _, grace := range []time.Duration{0, 100 * time.Microsecond, time.Millisecond, time.Minute} {
 		t.Run(fmt.Sprint(grace), func(t *testing.T) {
 			t.Parallel()
-			p, err := workers.New(4, workers.WithQueueSize(16))
-			require.NoError(t, err)
+			p := newPool(t, 4, workers.WithQueueSize(16))
 			var ran, dropped atomic.Int64
 			var mu sync.Mutex
 			var accepted []*counted
@@ -197,7 +196,7 @@ func TestEveryAcceptedTaskRunsOrDropsOnce(t *testing.T) {
 				require.FailNow(t, "the pool did not take 2,000 tasks")
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), grace)
-			err = p.Close(ctx)
+			err := p.Close(ctx)
 			cancel()
 			if err != nil {
 				require.ErrorIs(t, err, context.DeadlineExceeded)

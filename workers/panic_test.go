@@ -88,6 +88,18 @@ func TestPanicIsRecoveredAndReported(t *testing.T) {
 	})
 }
 
+// TestGoexitInTaskKeepsPartition checks that a task calling runtime.Goexit,
+// as testing.T.FailNow does, ends neither its partition nor the pool.
+func TestGoexitInTaskKeepsPartition(t *testing.T) {
+	t.Parallel()
+	p := newPool(t, 1)
+	log := new(events)
+	require.NoError(t, p.SubmitTask(context.Background(), "k", &task{name: "exits", log: log, run: runtime.Goexit}))
+	require.NoError(t, p.SubmitTask(context.Background(), "k", &task{name: "next", log: log}))
+	require.NoError(t, p.Close(context.Background()))
+	assert.Equal(t, []string{"run next"}, log.get())
+}
+
 // TestDefaultPanicHandlerLogs swaps the default slog logger, so it must not
 // run in parallel with other tests.
 func TestDefaultPanicHandlerLogs(t *testing.T) {

@@ -46,11 +46,23 @@ func newPartition(queueSize int, onPanic func(string, any, []byte)) *partition {
 
 // run is the partition goroutine: it runs queued tasks one at a time until
 // the partition is closed and its queue is empty, then calls exited.
+//
+// A task that calls runtime.Goexit ends the goroutine, as no recover stops
+// Goexit; run then hands the partition to a new goroutine, so that the
+// partition carries on and its queued tasks are still run or dropped.
 func (q *partition) run(exited func()) {
-	defer exited()
+	finished := false
+	defer func() {
+		if finished {
+			exited()
+		} else {
+			go q.run(exited)
+		}
+	}()
 	for {
 		e, ok := q.next()
 		if !ok {
+			finished = true
 			return
 		}
 		invoke(e.key, e.task.Run, q.onPanic)

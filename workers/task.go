@@ -40,11 +40,8 @@ type entry struct {
 
 // invoke calls f, the Run or Drop of a task of key. A panic in f is
 // recovered and reported to onPanic, so that it kills neither the partition
-// nor the process.
-//
-// A task that calls runtime.Goexit still ends the goroutine running it; the
-// pool does not guard against that, so tasks must not call it (nor
-// testing.T.FailNow).
+// nor the process. (runtime.Goexit is not a panic: partition.run deals with
+// it.)
 func invoke(key string, f func(), onPanic func(string, any, []byte)) {
 	defer func() {
 		// Since Go 1.21 panic(nil) recovers a *runtime.PanicNilError, so
