@@ -88,6 +88,8 @@ var implementations = []implementation{
 
 // BenchmarkOverhead measures Submit plus run of an empty task, over 1,024
 // keys and 8 partitions: ns/op and allocs/op are the cost of a task.
+// "parallel" submits from GOMAXPROCS goroutines at once, as a subscriber's
+// receive callbacks do.
 func BenchmarkOverhead(b *testing.B) {
 	keys := make([]string, 1024)
 	for i := range keys {
@@ -102,6 +104,18 @@ func BenchmarkOverhead(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				s.submit(keys[i%len(keys)], empty)
 			}
+			s.wait()
+		})
+		b.Run(impl.name+"/parallel", func(b *testing.B) {
+			s := impl.new(b, 8)
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for i := next.Add(1); pb.Next(); i++ {
+					s.submit(keys[i%int64(len(keys))], empty)
+				}
+			})
 			s.wait()
 		})
 	}
