@@ -9,6 +9,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/pstest"
+	"github.com/keyorder/keyorder/internal/fakepubsub"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -48,6 +49,19 @@ func Client(t testing.TB, addr string, opts ...option.ClientOption) *pubsub.Clie
 func Pstest(t testing.TB, opts ...pstest.ServerReactorOption) (*pstest.Server, *pubsub.Client) {
 	t.Helper()
 	srv := pstest.NewServer(opts...)
+	t.Cleanup(func() { _ = srv.Close() })
+	return srv, Client(t, srv.Addr)
+}
+
+// Fake starts an internal/fakepubsub server with the given options for the
+// length of a test and returns it with a connected client. The client is
+// closed before the server.
+func Fake(t testing.TB, opts ...fakepubsub.Option) (*fakepubsub.Server, *pubsub.Client) {
+	t.Helper()
+	srv, err := fakepubsub.New(opts...)
+	if err != nil {
+		t.Fatalf("harness: start fakepubsub: %v", err)
+	}
 	t.Cleanup(func() { _ = srv.Close() })
 	return srv, Client(t, srv.Addr)
 }
