@@ -160,4 +160,3 @@ func recv[T any](t testing.TB, ch <-chan T, what string) T {
 		panic("unreachable")
 	}
 }
-
