@@ -91,11 +91,7 @@ func TestDropAcks(t *testing.T) {
 	f := newFixture(t, nil, fakepubsub.WithAckDeadline(500*time.Millisecond))
 	fault := f.srv.DropAcks(fakepubsub.Data("k/1"), 1)
 	f.publish(f.topic, []string{"k"}, 0, 2)
-	var h handled
-	f.receive(f.sub, nil, func(_ context.Context, m *pubsub.Message) {
-		h.add(parse(t, m.Data))
-		m.Ack()
-	})
+	h := f.recordAndAck(f.sub, nil)
 	f.waitFor("the redelivered tail acked", func() bool { return f.srv.Stats(f.sub).Acked == 3 })
 	assert.Equal(t, []int{1, 2, 1, 2}, h.of("k"))
 	assert.Equal(t, 1, fault.Hits())
@@ -110,11 +106,7 @@ func TestDuplicateDeliveries(t *testing.T) {
 	f := newFixture(t, nil)
 	fault := f.srv.DuplicateDeliveries(fakepubsub.Data("k/2"), 1)
 	f.publish(f.topic, []string{"k"}, 0, 3)
-	var h handled
-	f.receive(f.sub, nil, func(_ context.Context, m *pubsub.Message) {
-		h.add(parse(t, m.Data))
-		m.Ack()
-	})
+	h := f.recordAndAck(f.sub, nil)
 	f.waitFor("four handled", func() bool { return h.n.Load() == 4 })
 	f.waitFor("three acked", func() bool { return f.srv.Stats(f.sub).Acked == 3 })
 	assert.Equal(t, []int{1, 2, 2, 3}, h.of("k"))
@@ -178,20 +170,12 @@ func TestRedeliverKeyErrors(t *testing.T) {
 func TestBreakStreams(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)
-	var h handled
-	f.receive(f.sub, &pubsub.ReceiveSettings{NumGoroutines: 2}, func(_ context.Context, m *pubsub.Message) {
-		h.add(parse(t, m.Data))
-		m.Ack()
-	})
+	h := f.recordAndAck(f.sub, &pubsub.ReceiveSettings{NumGoroutines: 2})
 	f.waitFor("two streams", func() bool { return f.srv.Stats(f.sub).Streams == 2 })
 	f.publish(f.topic, []string{"k"}, 0, 5)
 	f.waitFor("five acked", func() bool { return f.srv.Stats(f.sub).Acked == 5 })
 
-	assert.Equal(t, 2, f.srv.BreakStreams(f.sub))
-	f.waitFor("two new streams", func() bool {
-		st := f.srv.Stats(f.sub)
-		return st.StreamsOpened == 4 && st.Streams == 2
-	})
+	f.breakStreams(f.sub, 2)
 	f.publish(f.topic, []string{"k"}, 5, 5)
 	f.waitFor("ten acked", func() bool { return f.srv.Stats(f.sub).Acked == 10 })
 	assert.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, h.of("k"))

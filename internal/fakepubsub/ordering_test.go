@@ -39,6 +39,28 @@ func (h *handled) of(key string) []int {
 	return append([]int(nil), h.seqs[key]...)
 }
 
+// recordAndAck receives on sub, recording and acking every message.
+func (f *fixture) recordAndAck(sub string, settings *pubsub.ReceiveSettings) *handled {
+	h := &handled{}
+	f.receive(sub, settings, func(_ context.Context, m *pubsub.Message) {
+		h.add(parse(f.t, m.Data))
+		m.Ack()
+	})
+	return h
+}
+
+// breakStreams breaks sub's open streams, which must number n, and waits
+// until the client has opened n new ones.
+func (f *fixture) breakStreams(sub string, n int) {
+	f.t.Helper()
+	opened := f.srv.Stats(sub).StreamsOpened
+	require.Equal(f.t, n, f.srv.BreakStreams(sub))
+	f.waitFor("new streams", func() bool {
+		st := f.srv.Stats(sub)
+		return st.StreamsOpened == opened+n && st.Streams == n
+	})
+}
+
 // checkDeliveryLog checks the server's own log of sub: each key's
 // deliveries are in order, redelivered tails whole, and a key stays on one
 // stream while it has messages outstanding.
@@ -255,11 +277,7 @@ func TestAffinityShiftAfterBrokenStream(t *testing.T) {
 	f.publish(f.topic, []string{"k"}, 1, 1)
 	f.waitFor("message 2 acked", func() bool { return f.srv.Stats(f.sub).Acked == 1 })
 
-	require.Equal(t, 1, f.srv.BreakStreams(f.sub))
-	f.waitFor("a new stream", func() bool {
-		st := f.srv.Stats(f.sub)
-		return st.StreamsOpened == 2 && st.Streams == 1
-	})
+	f.breakStreams(f.sub, 1)
 	f.publish(f.topic, []string{"k"}, 2, 1)
 	assert.Len(t, f.srv.Deliveries(f.sub), 2, "message 3 waits while message 1 is outstanding")
 

@@ -3,7 +3,6 @@ package fakepubsub
 import (
 	"context"
 	"slices"
-	"strings"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/grpc/codes"
@@ -50,28 +49,18 @@ func (svc publisherService) GetTopic(_ context.Context, req *pubsubpb.GetTopicRe
 }
 
 func (svc publisherService) ListTopics(_ context.Context, req *pubsubpb.ListTopicsRequest) (*pubsubpb.ListTopicsResponse, error) {
-	if !projectName.MatchString(req.GetProject()) {
-		return nil, invalid("invalid project %q", req.GetProject())
-	}
 	s := svc.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var all []*pubsubpb.Topic
-	for name, t := range s.topics {
-		if strings.HasPrefix(name, req.GetProject()+"/") {
-			all = append(all, t.proto)
-		}
+	for _, t := range s.topics {
+		all = append(all, t.proto)
 	}
-	slices.SortFunc(all, func(a, b *pubsubpb.Topic) int { return strings.Compare(a.GetName(), b.GetName()) })
-	got, next, err := page(all, req.GetPageSize(), req.GetPageToken())
+	got, next, err := protoPage(all, req.GetProject(), req.GetPageSize(), req.GetPageToken())
 	if err != nil {
 		return nil, err
 	}
-	res := &pubsubpb.ListTopicsResponse{NextPageToken: next}
-	for _, t := range got {
-		res.Topics = append(res.Topics, proto.Clone(t).(*pubsubpb.Topic))
-	}
-	return res, nil
+	return &pubsubpb.ListTopicsResponse{Topics: got, NextPageToken: next}, nil
 }
 
 func (svc publisherService) ListTopicSubscriptions(_ context.Context, req *pubsubpb.ListTopicSubscriptionsRequest) (*pubsubpb.ListTopicSubscriptionsResponse, error) {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"regexp"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // maxRecvBytes lets requests over the service's 10 MB limit reach the
@@ -123,31 +127,28 @@ type subscriberService struct {
 }
 
 func (s *Server) subscriptionLocked(name string) (*subscription, error) {
-	if s.closed {
-		return nil, status.Error(codes.Unavailable, "fakepubsub: server closed")
-	}
-	if err := checkName(subscriptionName, name, "subscription"); err != nil {
-		return nil, err
-	}
-	sub := s.subs[name]
-	if sub == nil {
-		return nil, status.Errorf(codes.NotFound, "fakepubsub: subscription %s not found", name)
-	}
-	return sub, nil
+	return lookupLocked(s, s.subs, subscriptionName, name, "subscription")
 }
 
 func (s *Server) topicLocked(name string) (*topic, error) {
+	return lookupLocked(s, s.topics, topicName, name, "topic")
+}
+
+// lookupLocked finds the resource name names in m, or returns the status
+// the service would: InvalidArgument for a malformed name, NotFound for a
+// missing resource.
+func lookupLocked[T any](s *Server, m map[string]*T, re *regexp.Regexp, name, what string) (*T, error) {
 	if s.closed {
 		return nil, status.Error(codes.Unavailable, "fakepubsub: server closed")
 	}
-	if err := checkName(topicName, name, "topic"); err != nil {
+	if err := checkName(re, name, what); err != nil {
 		return nil, err
 	}
-	t := s.topics[name]
-	if t == nil {
-		return nil, status.Errorf(codes.NotFound, "fakepubsub: topic %s not found", name)
+	v := m[name]
+	if v == nil {
+		return nil, status.Errorf(codes.NotFound, "fakepubsub: %s %s not found", what, name)
 	}
-	return t, nil
+	return v, nil
 }
 
 // changedLocked wakes WaitFor callers. It costs nothing when none wait.
@@ -181,8 +182,8 @@ func (s *Server) WaitFor(ctx context.Context, cond func() bool) error {
 	}
 }
 
-// page returns the page of sorted items a list request asks for. The page
-// token is the offset of the page's first item.
+// page returns the page of items a list request asks for. The page token is
+// the offset of the page's first item.
 func page[T any](items []T, size int32, token string) ([]T, string, error) {
 	start := 0
 	if token != "" {
@@ -199,4 +200,34 @@ func page[T any](items []T, size int32, token string) ([]T, string, error) {
 		next = fmt.Sprint(end)
 	}
 	return items[start:end], next, nil
+}
+
+// named is a topic or subscription proto.
+type named interface {
+	proto.Message
+	GetName() string
+}
+
+// protoPage returns copies of the page of the resources of project that a
+// list request asks for, sorted by name.
+func protoPage[T named](all []T, project string, size int32, token string) ([]T, string, error) {
+	if !projectName.MatchString(project) {
+		return nil, "", invalid("invalid project %q", project)
+	}
+	var mine []T
+	for _, p := range all {
+		if strings.HasPrefix(p.GetName(), project+"/") {
+			mine = append(mine, p)
+		}
+	}
+	slices.SortFunc(mine, func(a, b T) int { return strings.Compare(a.GetName(), b.GetName()) })
+	got, next, err := page(mine, size, token)
+	if err != nil {
+		return nil, "", err
+	}
+	out := make([]T, len(got))
+	for i, p := range got {
+		out[i] = proto.Clone(p).(T)
+	}
+	return out, next, nil
 }

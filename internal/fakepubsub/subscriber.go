@@ -2,14 +2,13 @@ package fakepubsub
 
 import (
 	"context"
-	"slices"
-	"strings"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
 
@@ -52,8 +51,21 @@ func (svc subscriberService) GetSubscription(_ context.Context, req *pubsubpb.Ge
 	return proto.Clone(sub.proto).(*pubsubpb.Subscription), nil
 }
 
-// UpdateSubscription changes the mutable fields the mask names. Message
-// ordering, the topic and the filter are fixed at creation on the service.
+// updatable lists the subscription fields UpdateSubscription may change.
+// Message ordering, the topic and the filter are fixed at creation on the
+// service.
+var updatable = map[string]bool{
+	"ack_deadline_seconds":         true,
+	"retain_acked_messages":        true,
+	"message_retention_duration":   true,
+	"labels":                       true,
+	"dead_letter_policy":           true,
+	"retry_policy":                 true,
+	"expiration_policy":            true,
+	"enable_exactly_once_delivery": true,
+}
+
+// UpdateSubscription changes the updatable fields the mask names.
 func (svc subscriberService) UpdateSubscription(_ context.Context, req *pubsubpb.UpdateSubscriptionRequest) (*pubsubpb.Subscription, error) {
 	paths := req.GetUpdateMask().GetPaths()
 	if len(paths) == 0 {
@@ -67,27 +79,16 @@ func (svc subscriberService) UpdateSubscription(_ context.Context, req *pubsubpb
 		return nil, err
 	}
 	p := proto.Clone(sub.proto).(*pubsubpb.Subscription)
-	in := req.GetSubscription()
+	dst, src := p.ProtoReflect(), req.GetSubscription().ProtoReflect()
 	for _, path := range paths {
-		switch path {
-		case "ack_deadline_seconds":
-			p.AckDeadlineSeconds = in.GetAckDeadlineSeconds()
-		case "retain_acked_messages":
-			p.RetainAckedMessages = in.GetRetainAckedMessages()
-		case "message_retention_duration":
-			p.MessageRetentionDuration = in.GetMessageRetentionDuration()
-		case "labels":
-			p.Labels = in.GetLabels()
-		case "dead_letter_policy":
-			p.DeadLetterPolicy = in.GetDeadLetterPolicy()
-		case "retry_policy":
-			p.RetryPolicy = in.GetRetryPolicy()
-		case "expiration_policy":
-			p.ExpirationPolicy = in.GetExpirationPolicy()
-		case "enable_exactly_once_delivery":
-			p.EnableExactlyOnceDelivery = in.GetEnableExactlyOnceDelivery()
-		default:
+		fd := dst.Descriptor().Fields().ByName(protoreflect.Name(path))
+		if fd == nil || !updatable[path] {
 			return nil, invalid("field %q cannot be updated", path)
+		}
+		if src.Has(fd) {
+			dst.Set(fd, src.Get(fd))
+		} else {
+			dst.Clear(fd)
 		}
 	}
 	if err := normalizeSubscription(p); err != nil {
@@ -101,28 +102,18 @@ func (svc subscriberService) UpdateSubscription(_ context.Context, req *pubsubpb
 }
 
 func (svc subscriberService) ListSubscriptions(_ context.Context, req *pubsubpb.ListSubscriptionsRequest) (*pubsubpb.ListSubscriptionsResponse, error) {
-	if !projectName.MatchString(req.GetProject()) {
-		return nil, invalid("invalid project %q", req.GetProject())
-	}
 	s := svc.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var all []*pubsubpb.Subscription
-	for name, sub := range s.subs {
-		if strings.HasPrefix(name, req.GetProject()+"/") {
-			all = append(all, sub.proto)
-		}
+	for _, sub := range s.subs {
+		all = append(all, sub.proto)
 	}
-	slices.SortFunc(all, func(a, b *pubsubpb.Subscription) int { return strings.Compare(a.GetName(), b.GetName()) })
-	got, next, err := page(all, req.GetPageSize(), req.GetPageToken())
+	got, next, err := protoPage(all, req.GetProject(), req.GetPageSize(), req.GetPageToken())
 	if err != nil {
 		return nil, err
 	}
-	res := &pubsubpb.ListSubscriptionsResponse{NextPageToken: next}
-	for _, p := range got {
-		res.Subscriptions = append(res.Subscriptions, proto.Clone(p).(*pubsubpb.Subscription))
-	}
-	return res, nil
+	return &pubsubpb.ListSubscriptionsResponse{Subscriptions: got, NextPageToken: next}, nil
 }
 
 // DeleteSubscription removes a subscription; its open streams end with
@@ -179,18 +170,7 @@ func (svc subscriberService) Pull(ctx context.Context, req *pubsubpb.PullRequest
 }
 
 func (svc subscriberService) Acknowledge(_ context.Context, req *pubsubpb.AcknowledgeRequest) (*emptypb.Empty, error) {
-	s := svc.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sub, err := s.subscriptionLocked(req.GetSubscription())
-	if err != nil {
-		return nil, err
-	}
-	for _, id := range req.GetAckIds() {
-		sub.ack(id)
-	}
-	s.changedLocked()
-	return &emptypb.Empty{}, nil
+	return svc.s.eachAckID(req.GetSubscription(), req.GetAckIds(), (*subscription).ack)
 }
 
 // ModifyAckDeadline extends leases, or nacks them with 0 seconds. The
@@ -200,15 +180,22 @@ func (svc subscriberService) ModifyAckDeadline(_ context.Context, req *pubsubpb.
 	if secs < 0 || secs > maxAckDeadlineSecs {
 		return nil, invalid("ack deadline %d s outside [0, %d]", secs, maxAckDeadlineSecs)
 	}
-	s := svc.s
+	d := time.Duration(secs) * time.Second
+	return svc.s.eachAckID(req.GetSubscription(), req.GetAckIds(), func(sub *subscription, id string) {
+		sub.modifyAckDeadline(id, d)
+	})
+}
+
+// eachAckID applies apply to every ack ID of a request to subscription name.
+func (s *Server) eachAckID(name string, ids []string, apply func(*subscription, string)) (*emptypb.Empty, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sub, err := s.subscriptionLocked(req.GetSubscription())
+	sub, err := s.subscriptionLocked(name)
 	if err != nil {
 		return nil, err
 	}
-	for _, id := range req.GetAckIds() {
-		sub.modifyAckDeadline(id, time.Duration(secs)*time.Second)
+	for _, id := range ids {
+		apply(sub, id)
 	}
 	s.changedLocked()
 	return &emptypb.Empty{}, nil
