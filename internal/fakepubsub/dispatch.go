@@ -47,7 +47,7 @@ func (sub *subscription) fill(st *stream, limit int) []*pubsubpb.ReceivedMessage
 		return nil
 	}
 	b := &batch{st: st, limit: limit, now: time.Now()}
-	for turn := 0; ; turn++ {
+	for turn := 0; len(b.msgs) < b.limit; turn++ {
 		ok, progressed := true, false
 		for i := 0; i < 3 && !progressed; i++ {
 			switch (turn + i) % 3 {
@@ -81,9 +81,10 @@ func (sub *subscription) fill(st *stream, limit int) []*pubsubpb.ReceivedMessage
 			}
 		}
 		if !ok || !progressed {
-			return b.msgs
+			break
 		}
 	}
+	return b.msgs
 }
 
 // deliverKey delivers k's waiting messages, in order, as far as the batch
@@ -100,10 +101,7 @@ func (sub *subscription) deliverKey(b *batch, k *keyState) bool {
 			continue
 		}
 		if !b.fits(e.msg) {
-			if !b.st.pull {
-				k.queued = true
-				b.st.ready.push(k)
-			}
+			sub.putBack(b.st, k)
 			return false
 		}
 		sub.deliver(b, e)
@@ -113,6 +111,21 @@ func (sub *subscription) deliverKey(b *batch, k *keyState) bool {
 		sub.retain(done)
 	}
 	return true
+}
+
+// putBack queues a key the batch had no room for. With messages
+// outstanding, the key stays with its stream (on Pull, it waits for its
+// batch to settle); with none, any stream may take it.
+func (sub *subscription) putBack(st *stream, k *keyState) {
+	switch {
+	case k.outstanding == 0:
+		k.stream = nil
+		k.queued = true
+		sub.waiting.push(k)
+	case !st.pull:
+		k.queued = true
+		st.ready.push(k)
+	}
 }
 
 // deliver hands e to the batch's stream under a new lease.
@@ -137,14 +150,14 @@ func (sub *subscription) deliver(b *batch, e *entry) {
 		k.outstanding++
 	}
 	b.msgs = append(b.msgs, sub.received(l.ackID, e))
-	sub.record(l.ackID, e, st, keyOutstanding, false)
+	sub.record(b.now, l.ackID, e, st, keyOutstanding, false)
 	if s.takeFaultLocked(duplicate, e.msg.proto) != nil {
 		// A duplicate, as at-least-once delivery allows. It follows the
 		// original at once, so key order still holds; its ack ID leads
 		// nowhere, like a stale one, and acks with it are ignored.
 		dup := sub.newAckID()
 		b.msgs = append(b.msgs, sub.received(dup, e))
-		sub.record(dup, e, st, keyOutstanding+1, true)
+		sub.record(b.now, dup, e, st, keyOutstanding+1, true)
 	}
 }
 
@@ -163,7 +176,7 @@ func (sub *subscription) received(ackID string, e *entry) *pubsubpb.ReceivedMess
 	return rm
 }
 
-func (sub *subscription) record(ackID string, e *entry, st *stream, keyOutstanding int, dup bool) {
+func (sub *subscription) record(at time.Time, ackID string, e *entry, st *stream, keyOutstanding int, dup bool) {
 	sub.stats.Delivered++
 	if dup {
 		sub.stats.Duplicated++
@@ -178,7 +191,7 @@ func (sub *subscription) record(ackID string, e *entry, st *stream, keyOutstandi
 		AckID:        ackID,
 		Outstanding:  keyOutstanding,
 		Duplicate:    dup,
-		At:           time.Now(),
+		At:           at,
 	})
 }
 

@@ -359,3 +359,19 @@ func TestPullOneBatchPerKey(t *testing.T) {
 	require.Len(t, res.ReceivedMessages, 1)
 	assert.Equal(t, "x/1", string(res.ReceivedMessages[0].Message.Data))
 }
+
+// TestPullFillsAcrossKeys: a Pull that fills up leaves the keys it had no
+// room for to later Pull calls.
+func TestPullFillsAcrossKeys(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.publish(f.topic, []string{"k", "j", "i"}, 0, 1)
+	var got []string
+	for range 3 {
+		res, err := f.client.SubscriptionAdminClient.Pull(f.ctx, &pubsubpb.PullRequest{Subscription: f.sub, MaxMessages: 1, ReturnImmediately: true})
+		require.NoError(t, err)
+		require.Len(t, res.ReceivedMessages, 1)
+		got = append(got, string(res.ReceivedMessages[0].Message.Data))
+	}
+	assert.ElementsMatch(t, []string{"k/1", "j/1", "i/1"}, got)
+}
