@@ -15,9 +15,12 @@ import (
 )
 
 // pstestPerKey sizes the pstest side of BenchmarkOrderedReceive. pstest
-// delivers about 100 messages a second, so the full 50 per key takes close
-// to two minutes per iteration; 5 keeps `make bench` bearable. A smaller
-// backlog only flatters pstest, whose ticker scans the whole backlog.
+// delivers under 100 messages a second, so the full 50 per key takes more
+// than two minutes per iteration; 5 keeps `make bench` bearable. A smaller
+// backlog only flatters pstest, whose ticker scans the whole backlog. Run
+// the full size with
+//
+//	go test -run='^$' -bench=OrderedReceive -benchtime=1x ./internal/fakepubsub -args -pstest-per-key=50
 var pstestPerKey = flag.Int("pstest-per-key", 5, "messages per key in BenchmarkOrderedReceive/pstest")
 
 // BenchmarkOrderedReceive measures ordered receive through the official

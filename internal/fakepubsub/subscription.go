@@ -46,8 +46,8 @@ func newSubscription(s *Server, p *pubsubpb.Subscription, t *topic, id int64) *s
 	return sub
 }
 
-// deadLetterTopic returns where messages go after too many delivery
-// attempts, or nil.
+// deadLetterPolicy returns where messages go after too many delivery
+// attempts, and after how many; nil if nowhere.
 func (sub *subscription) deadLetterPolicy() *pubsubpb.DeadLetterPolicy {
 	return sub.proto.GetDeadLetterPolicy()
 }
