@@ -250,9 +250,14 @@ func TestAffinityWhileOutstanding(t *testing.T) {
 	f.waitFor("every message acked", func() bool { return f.srv.Stats(f.sub).Acked == 100 })
 
 	streams := map[int]bool{}
+	held := 0
 	for _, d := range f.checkDeliveryLog(f.sub) {
 		streams[d.Stream] = true
+		if d.Outstanding > 0 {
+			held++
+		}
 	}
+	assert.Equal(t, 80, held, "messages 2 to 5 of each key went out while 1 was held")
 	t.Logf("keys spread over %d streams", len(streams))
 }
 
