@@ -341,9 +341,7 @@ func TestPullOneBatchPerKey(t *testing.T) {
 	assert.ElementsMatch(t, []string{"k/1", "k/2", "j/1", "j/2"}, got)
 
 	f.publish(f.topic, []string{"k"}, 2, 1)
-	res, err = sc.Pull(f.ctx, &pubsubpb.PullRequest{Subscription: f.sub, MaxMessages: 10, ReturnImmediately: true})
-	require.NoError(t, err)
-	assert.Empty(t, res.ReceivedMessages, "k's first batch is still outstanding")
+	assert.Empty(t, f.pullNow(f.sub, 10), "k's first batch is still outstanding")
 
 	require.NoError(t, sc.Acknowledge(f.ctx, &pubsubpb.AcknowledgeRequest{Subscription: f.sub, AckIds: ackIDs}))
 	res, err = sc.Pull(f.ctx, &pubsubpb.PullRequest{Subscription: f.sub, MaxMessages: 10})
@@ -373,10 +371,9 @@ func TestPullFillsAcrossKeys(t *testing.T) {
 	f.publish(f.topic, []string{"k", "j", "i"}, 0, 1)
 	var got []string
 	for range 3 {
-		res, err := f.client.SubscriptionAdminClient.Pull(f.ctx, &pubsubpb.PullRequest{Subscription: f.sub, MaxMessages: 1, ReturnImmediately: true})
-		require.NoError(t, err)
-		require.Len(t, res.ReceivedMessages, 1)
-		got = append(got, string(res.ReceivedMessages[0].Message.Data))
+		msgs := f.pullNow(f.sub, 1)
+		require.Len(t, msgs, 1)
+		got = append(got, string(msgs[0].Message.Data))
 	}
 	assert.ElementsMatch(t, []string{"k/1", "j/1", "i/1"}, got)
 }

@@ -140,6 +140,8 @@ func (svc subscriberService) Pull(ctx context.Context, req *pubsubpb.PullRequest
 	if req.GetMaxMessages() <= 0 {
 		return nil, invalid("max_messages must be positive")
 	}
+	//lint:ignore SA1019 deprecated, yet still honoured by the service
+	immediate := req.GetReturnImmediately()
 	s := svc.s
 	for {
 		s.mu.Lock()
@@ -152,7 +154,7 @@ func (svc subscriberService) Pull(ctx context.Context, req *pubsubpb.PullRequest
 		var wait <-chan struct{}
 		if len(msgs) > 0 {
 			s.changedLocked()
-		} else if !req.GetReturnImmediately() {
+		} else if !immediate {
 			wait = sub.availChan()
 		}
 		s.mu.Unlock()
