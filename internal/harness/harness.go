@@ -10,6 +10,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/pstest"
+	"github.com/keyorder/keyorder/internal/fakepubsub"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -76,4 +77,17 @@ func Open(ctx context.Context) (c *pubsub.Client, where string, closeAll func(),
 		return nil, "", nil, err
 	}
 	return c, "embedded pstest at " + srv.Addr, func() { _ = c.Close(); _ = srv.Close() }, nil
+}
+
+// Fake starts an internal/fakepubsub server with the given options for the
+// length of a test and returns it with a connected client. The client is
+// closed before the server.
+func Fake(t testing.TB, opts ...fakepubsub.Option) (*fakepubsub.Server, *pubsub.Client) {
+	t.Helper()
+	srv, err := fakepubsub.New(opts...)
+	if err != nil {
+		t.Fatalf("harness: start fakepubsub: %v", err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	return srv, Client(t, srv.Addr)
 }

@@ -1,0 +1,108 @@
+package fakepubsub_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/keyorder/keyorder/internal/fakepubsub"
+	"github.com/keyorder/keyorder/internal/harness"
+)
+
+func TestNewValidatesOptions(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		opt  fakepubsub.Option
+		ok   bool
+	}{
+		{"ack deadline", fakepubsub.WithAckDeadline(time.Millisecond), true},
+		{"negative ack deadline", fakepubsub.WithAckDeadline(-time.Second), false},
+		{"ack deadline over 600 s", fakepubsub.WithAckDeadline(601 * time.Second), false},
+		{"response size", fakepubsub.WithResponseSize(1), true},
+		{"response size 0", fakepubsub.WithResponseSize(0), false},
+		{"response size over 1000", fakepubsub.WithResponseSize(1001), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv, err := fakepubsub.New(tc.opt)
+			if !tc.ok {
+				require.Error(t, err)
+				assert.Panics(t, func() { fakepubsub.NewServer(tc.opt) })
+				return
+			}
+			require.NoError(t, err)
+			require.NoError(t, srv.Close())
+		})
+	}
+}
+
+// TestClose: Close ends open streams and held publishes, returns once the
+// server's goroutines are gone (TestMain checks for leaks), and may be
+// called again.
+func TestClose(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	hold := f.srv.HoldPublish(fakepubsub.AnyMessage)
+	// A bare connection: the official client would retry Unavailable.
+	conn, err := grpc.NewClient(f.srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	published := make(chan error, 1)
+	go func() {
+		_, err := pubsubpb.NewPublisherClient(conn).Publish(f.ctx, &pubsubpb.PublishRequest{
+			Topic: f.topic, Messages: []*pubsubpb.PubsubMessage{{Data: []byte("x")}},
+		})
+		published <- err
+	}()
+	require.NoError(t, hold.Wait(f.ctx, 1))
+
+	ctx, cancel := context.WithCancel(f.ctx)
+	defer cancel()
+	stream, err := pubsubpb.NewSubscriberClient(conn).StreamingPull(ctx)
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(&pubsubpb.StreamingPullRequest{Subscription: f.sub, StreamAckDeadlineSeconds: 10}))
+	f.waitFor("the stream", func() bool { return f.srv.Stats(f.sub).Streams == 1 })
+
+	require.NoError(t, f.srv.Close())
+	require.NoError(t, f.srv.Close())
+	assert.Equal(t, codes.Unavailable, status.Code(recv(t, published, "the held publish")))
+	_, err = stream.Recv()
+	assert.Equal(t, codes.Unavailable, status.Code(err))
+}
+
+// TestStreamingPullHeartbeat: the server answers a client ping with a
+// response that still reports the subscription's properties, which the
+// official client re-reads from every response.
+func TestStreamingPullHeartbeat(t *testing.T) {
+	t.Parallel()
+	_, client := harness.Fake(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	_, err := client.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: topicName("topic")})
+	require.NoError(t, err)
+	_, err = client.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
+		Name: subName("sub"), Topic: topicName("topic"), EnableMessageOrdering: true,
+	})
+	require.NoError(t, err)
+	stream, err := client.SubscriptionAdminClient.StreamingPull(ctx)
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(&pubsubpb.StreamingPullRequest{Subscription: subName("sub"), StreamAckDeadlineSeconds: 10, ProtocolVersion: 1}))
+	require.NoError(t, stream.Send(&pubsubpb.StreamingPullRequest{}))
+	res, err := stream.Recv()
+	require.NoError(t, err)
+	assert.Empty(t, res.ReceivedMessages)
+	assert.True(t, res.SubscriptionProperties.GetMessageOrderingEnabled())
+
+	require.NoError(t, stream.Send(&pubsubpb.StreamingPullRequest{ModifyDeadlineAckIds: []string{"a"}}))
+	_, err = stream.Recv()
+	assert.Equal(t, codes.InvalidArgument, status.Code(err), "ack IDs and deadlines must pair up")
+}
