@@ -11,18 +11,13 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/keyorder/keyorder/internal/fakepubsub"
 	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/internal/leaktest"
 )
 
-// The official client's stream keep-alive goroutine outlives Receive by up
-// to 10 s: it only checks for shutdown between ticks of a 10 s ticker.
-func TestMain(m *testing.M) {
-	leaktest.VerifyTestMain(m, goleak.IgnoreTopFunction("cloud.google.com/go/pubsub/v2.(*messageIterator).streamKeepAliveHandler"))
-}
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 // testTimeout bounds every wait in this package's tests.
 const testTimeout = 15 * time.Second

@@ -10,10 +10,11 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/pstest"
-	"github.com/keyorder/keyorder/internal/fakepubsub"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/keyorder/keyorder/internal/fakepubsub"
 )
 
 // Project is the project ID tests and examples use. Fake servers accept any.
