@@ -1,0 +1,64 @@
+package subscriber
+
+import (
+	"context"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+
+	"github.com/keyorder/keyorder/ordering"
+)
+
+// A Handler processes one delivery. Returning nil acks the message (S4);
+// returning an error, or panicking, retries it in place and finally nacks
+// it together with its key's local tail (S5).
+//
+// ctx carries the values of Receive's context but is not cancelled when
+// that context ends: a running handler may finish its work during
+// shutdown, until the drain timeout cancels ctx (S7).
+type Handler func(ctx context.Context, d *Delivery) error
+
+// A Delivery is one message handed to a [Handler]. The handler must not
+// keep it after returning.
+type Delivery struct {
+	// ID is the message ID the service assigned on publish.
+	ID string
+	// Key is the message's ordering key, "" for an unordered message.
+	Key string
+	// Data is the message payload.
+	Data []byte
+	// Headers are the message's attributes, plus [ordering.Header] set to
+	// Key when the message has one (S2).
+	Headers map[string]string
+	// PublishTime is when the service accepted the message.
+	PublishTime time.Time
+	// Attempt counts the handler calls for this delivery: 1 for the first,
+	// up to the limit set by [WithMaxAttempts].
+	Attempt int
+	// DeliveryAttempt is the service's count of deliveries of the message,
+	// set only when the subscription has a dead-letter policy; 0 otherwise.
+	DeliveryAttempt int
+}
+
+// newDelivery builds the Delivery of m. It takes over m's attribute map,
+// which no one else reads, to add the key header without a copy.
+func newDelivery(m *pubsub.Message) Delivery {
+	headers := m.Attributes
+	if m.OrderingKey != "" {
+		if headers == nil {
+			headers = make(map[string]string, 1)
+		}
+		headers[ordering.Header] = m.OrderingKey
+	}
+	d := Delivery{
+		ID:          m.ID,
+		Key:         m.OrderingKey,
+		Data:        m.Data,
+		Headers:     headers,
+		PublishTime: m.PublishTime,
+	}
+	if m.DeliveryAttempt != nil {
+		d.DeliveryAttempt = *m.DeliveryAttempt
+	}
+	return d
+}

@@ -1,0 +1,49 @@
+// Package subscriber receives messages from Google Cloud Pub/Sub in order
+// per key, processing many keys in parallel, on top of the official
+// cloud.google.com/go/pubsub/v2 client.
+//
+//	sub, err := subscriber.CreateWithTopic(ctx, client, "orders", "orders-billing",
+//		subscriber.WithWorkers(16))
+//	if err != nil {
+//		return err
+//	}
+//	err = sub.Receive(ctx, func(ctx context.Context, d *subscriber.Delivery) error {
+//		// d.Headers["partition-key"] is the ordering key.
+//		return bill(ctx, d.Key, d.Data) // nil acks; an error retries, then nacks
+//	})
+//
+// # Order
+//
+// [CreateWithTopic] creates missing topics and subscriptions, the latter
+// with message ordering on (rule S1). Deliveries are hashed by key to
+// worker partitions, so a key's messages run one at a time, in order, while
+// other keys run on other partitions (S3). A message is acked only after
+// its handler returns nil (S4).
+//
+// # Failure
+//
+// A failed handler call is retried in place, with backoff. When the
+// attempts run out, the message is nacked together with its key's
+// deliveries queued behind it, which do not run, and the key is held until
+// the service brings the failed message back; other keys go on (S5). The
+// service redelivers a nacked message with every later message of its key,
+// acknowledged ones included; those already processed are acked without
+// running the handler again (S6).
+//
+// # Unordered subscriptions
+//
+// An existing subscription keeps its ordering setting, which cannot be
+// changed after creation; [Subscription.Ordered] reports it. On an
+// unordered subscription the service delivers a key's messages in any
+// order and possibly at once to several clients. Receive still runs each
+// key on one partition, one delivery at a time, in the order deliveries
+// arrive, but that is not publish order, and a failure does not hold the
+// key (S8).
+//
+// # Shutdown
+//
+// Receive returns when its context ends, after nacking what was queued
+// and letting running handlers finish within a drain timeout (S7).
+//
+// Rule numbers refer to the ordering contract in the project's DESIGN.md.
+package subscriber

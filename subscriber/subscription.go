@@ -1,0 +1,146 @@
+package subscriber
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// A Subscription receives the messages of one Pub/Sub subscription, in
+// order per key when the subscription has message ordering. Create one with
+// [CreateWithTopic] or [Open]; it is safe for concurrent use, but runs one
+// [Subscription.Receive] at a time.
+type Subscription struct {
+	client  *pubsub.Client
+	name    string // projects/P/subscriptions/S
+	topic   string // projects/P/topics/T
+	ordered bool
+	// deadLetterAttempts is the subscription's dead-letter limit, 0 when
+	// it has no dead-letter policy.
+	deadLetterAttempts int
+	cfg                config
+	receiving          atomic.Bool // a Receive is running
+}
+
+// CreateWithTopic returns the subscription subID of topic topicID, creating
+// what is missing (S1): the topic, then the subscription, with message
+// ordering on. An existing subscription is used as it is, ordered or not,
+// since ordering cannot be changed after creation; [Subscription.Ordered]
+// reports which. A subscription attached to another topic is an error
+// matching [ErrTopicMismatch].
+//
+// IDs may also be full resource names. Existing resources are looked up
+// before anything is created, so a client allowed only to read them and to
+// subscribe works too.
+func CreateWithTopic(ctx context.Context, client *pubsub.Client, topicID, subID string, opts ...Option) (*Subscription, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if client == nil {
+		return nil, errors.New("keyorder/subscriber: CreateWithTopic with nil client")
+	}
+	topic := fullName(client, "topics", topicID)
+	name := fullName(client, "subscriptions", subID)
+	if err := ensureTopic(ctx, client, topic); err != nil {
+		return nil, err
+	}
+	sub, err := client.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: name})
+	if status.Code(err) == codes.NotFound {
+		sub, err = client.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
+			Name: name, Topic: topic, EnableMessageOrdering: true,
+		})
+		if status.Code(err) == codes.AlreadyExists { // created meanwhile by someone else
+			sub, err = client.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: name})
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("keyorder/subscriber: subscription %s: %w", name, err)
+	}
+	if sub.Topic != topic {
+		return nil, fmt.Errorf("%w: %s is attached to %s, not %s", ErrTopicMismatch, name, sub.Topic, topic)
+	}
+	return newSubscription(client, sub, cfg), nil
+}
+
+// Open returns the existing subscription subID (an ID or a full name),
+// with its own ordering setting. A missing subscription is an error
+// matching [ErrNotFound].
+func Open(ctx context.Context, client *pubsub.Client, subID string, opts ...Option) (*Subscription, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if client == nil {
+		return nil, errors.New("keyorder/subscriber: Open with nil client")
+	}
+	name := fullName(client, "subscriptions", subID)
+	sub, err := client.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: name})
+	if status.Code(err) == codes.NotFound {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("keyorder/subscriber: subscription %s: %w", name, err)
+	}
+	return newSubscription(client, sub, cfg), nil
+}
+
+func newSubscription(client *pubsub.Client, sub *pubsubpb.Subscription, cfg config) *Subscription {
+	s := &Subscription{
+		client:  client,
+		name:    sub.Name,
+		topic:   sub.Topic,
+		ordered: sub.EnableMessageOrdering,
+		cfg:     cfg,
+	}
+	if dl := sub.DeadLetterPolicy; dl != nil && dl.DeadLetterTopic != "" {
+		s.deadLetterAttempts = int(dl.MaxDeliveryAttempts)
+		if s.deadLetterAttempts == 0 {
+			s.deadLetterAttempts = 5 // the service's default
+		}
+	}
+	return s
+}
+
+// ensureTopic creates topic unless it exists.
+func ensureTopic(ctx context.Context, client *pubsub.Client, topic string) error {
+	_, err := client.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: topic})
+	if status.Code(err) == codes.NotFound {
+		_, err = client.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: topic})
+		if status.Code(err) == codes.AlreadyExists {
+			err = nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("keyorder/subscriber: topic %s: %w", topic, err)
+	}
+	return nil
+}
+
+// fullName turns an ID into a resource name of client's project; a full
+// name is returned as it is.
+func fullName(client *pubsub.Client, kind, id string) string {
+	if strings.HasPrefix(id, "projects/") {
+		return id
+	}
+	return "projects/" + client.Project() + "/" + kind + "/" + id
+}
+
+// Ordered reports whether the subscription delivers messages in order per
+// ordering key. On an unordered subscription, Receive still runs a key's
+// deliveries on one partition in the order they arrive, but the service
+// promises no order, and a failed message does not hold its key (S8).
+func (s *Subscription) Ordered() bool { return s.ordered }
+
+// Name returns the subscription's full resource name.
+func (s *Subscription) Name() string { return s.name }
+
+// Topic returns the full resource name of the subscription's topic.
+func (s *Subscription) Topic() string { return s.topic }
