@@ -41,5 +41,5 @@
 // messages in flight costs one small struct and one goroutine, which waits
 // for the official client's results of that key in order.
 //
-// Rule numbers refer to the ordering contract in the project's DESIGN.md.
+// Rule numbers refer to the ordering contract in the project's README.
 package publisher

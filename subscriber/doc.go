@@ -45,5 +45,5 @@
 // Receive returns when its context ends, after nacking what was queued
 // and letting running handlers finish within a drain timeout (S7).
 //
-// Rule numbers refer to the ordering contract in the project's DESIGN.md.
+// Rule numbers refer to the ordering contract in the project's README.
 package subscriber

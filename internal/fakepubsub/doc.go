@@ -4,8 +4,8 @@
 // pstest, the official fake, delivers one message per key at a time on a
 // 10 ms ticker and never redelivers a key's tail, so a subscriber that
 // mishandles redelivered tails or failures passes on it and breaks on the
-// service (see rules S5 and S6 of DESIGN.md). Use this server wherever that
-// matters:
+// service (rules S5 and S6 of the ordering contract in the project's
+// README). Use this server wherever that matters:
 //
 //	srv := fakepubsub.NewServer(fakepubsub.WithAckDeadline(200 * time.Millisecond))
 //	defer srv.Close()
