@@ -30,9 +30,10 @@
 //
 // Both modes create the topic and the subscription if they are missing, so
 // no message is lost to a subscription that does not exist yet. A
-// subscriber checks that each key's messages came in increasing order; it
-// cannot know which ones the others had. See receiveFor for what order
-// means across processes.
+// subscriber holds at most 8 messages at a time, so that the server spreads
+// the keys over the subscribers, and checks that each key's messages came
+// in increasing order; it cannot know which ones the others had. See
+// receiveFor for what order means across processes.
 package main
 
 import (
@@ -55,6 +56,13 @@ import (
 
 // workers is the number of worker partitions the subscriber runs.
 const workers = 4
+
+// sharedOutstanding caps the messages a subscriber holds at a time when it
+// shares the subscription with other processes. Without a cap, the first
+// subscriber to ask may be sent every key at once, since a key stays with
+// the client that has messages of it outstanding; with one, the service
+// hands the keys it has no room for to the others.
+const sharedOutstanding = 2 * workers
 
 // config is what the flags ask for.
 type config struct {
@@ -129,12 +137,9 @@ func demo(ctx context.Context, client *pubsub.Client, cfg config, out io.Writer)
 		name := "orders-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 		cfg.topic, cfg.sub = name, name
 	}
-	sub, err := subscriber.CreateWithTopic(ctx, client, cfg.topic, cfg.sub, subscriber.WithWorkers(workers))
+	sub, err := subscription(ctx, client, cfg)
 	if err != nil {
 		return err
-	}
-	if !sub.Ordered() {
-		return fmt.Errorf("%s exists without message ordering (S1): use another -sub", sub.Name())
 	}
 	fmt.Fprintf(out, "topic %s, ordered subscription %s\n", cfg.topic, cfg.sub)
 	switch cfg.mode {
@@ -148,4 +153,22 @@ func demo(ctx context.Context, client *pubsub.Client, cfg config, out io.Writer)
 		return err
 	}
 	return receiveAll(ctx, sub, cfg, out)
+}
+
+// subscription creates or opens cfg's ordered subscription, and its topic.
+func subscription(ctx context.Context, client *pubsub.Client, cfg config) (*subscriber.Subscription, error) {
+	opts := []subscriber.Option{subscriber.WithWorkers(workers)}
+	if cfg.mode == "subscribe" {
+		rs := pubsub.DefaultReceiveSettings
+		rs.MaxOutstandingMessages = sharedOutstanding
+		opts = append(opts, subscriber.WithReceiveSettings(rs))
+	}
+	sub, err := subscriber.CreateWithTopic(ctx, client, cfg.topic, cfg.sub, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if !sub.Ordered() {
+		return nil, fmt.Errorf("%s exists without message ordering (S1): use another -sub", sub.Name())
+	}
+	return sub, nil
 }

@@ -31,7 +31,7 @@ func testContext(t *testing.T) context.Context {
 // open creates or opens cfg's subscription as demo does.
 func open(t *testing.T, client *pubsub.Client, cfg config) *subscriber.Subscription {
 	t.Helper()
-	sub, err := subscriber.CreateWithTopic(testContext(t), client, cfg.topic, cfg.sub, subscriber.WithWorkers(workers))
+	sub, err := subscription(testContext(t), client, cfg)
 	require.NoError(t, err)
 	return sub
 }
