@@ -107,9 +107,13 @@ func receiveAll(ctx context.Context, sub *subscriber.Subscription, cfg config, o
 // increasing order, with gaps where another process had the key, and
 // together the processes see every message once. This process can check
 // only the first part, and does: any step back or repeat is a violation
-// (the strict order checker's out-of-order and duplicates), while the
-// gaps it reports as missing are not. The second part is checked by
-// merging the lists that all subscribers print.
+// (the strict order checker's out-of-order and duplicates), while gaps are
+// not. The second part is checked by merging the lists that all
+// subscribers print. It holds while every subscriber runs to the end: one
+// that dies with messages unacked leaves them to be redelivered to
+// another, and any it processed whose ack was lost are then processed
+// twice, once in each process (at-least-once delivery, which S6 can
+// dedupe only within a process).
 func receiveFor(ctx context.Context, sub *subscriber.Subscription, cfg config, out io.Writer) (map[string][]int, error) {
 	check := ordercheck.New()
 	rctx, cancel := context.WithTimeout(ctx, cfg.wait)
@@ -126,7 +130,7 @@ func receiveFor(ctx context.Context, sub *subscriber.Subscription, cfg config, o
 		fmt.Fprintln(out, "processed no orders: other subscribers had them all")
 		return t.seqs, nil
 	}
-	fmt.Fprintf(out, "processed %d orders of %d customers; other subscribers had the rest\n", n, len(rep.Keys))
+	fmt.Fprintf(out, "processed %d orders of %d customers; gaps are orders other subscribers had\n", n, len(rep.Keys))
 	violations := 0
 	for _, k := range rep.Keys {
 		verdict := "increasing"
