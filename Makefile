@@ -16,7 +16,7 @@ test:
 ## run: the end-to-end example against an embedded pstest server
 ## (or PUBSUB_EMULATOR_HOST when it is set).
 run:
-	$(GO) run ./examples/publish
+	$(GO) run ./examples/orders
 
 ## bench: benchmarks with allocation counts; BENCH=regexp narrows them.
 ## Compare runs with benchstat (golang.org/x/perf/cmd/benchstat).

@@ -10,12 +10,17 @@ const maxAckDeadline = 600 * time.Second
 
 // config holds the settings New validates once.
 type config struct {
+	addr         string        // where to listen
 	ackDeadline  time.Duration // 0: honour the deadlines clients ask for
 	responseSize int           // messages per StreamingPull response, at most
 }
 
+// DefaultAddress is where a Server listens unless WithAddress says
+// otherwise: a free port on the IPv4 loopback.
+const DefaultAddress = "127.0.0.1:0"
+
 func defaultConfig() config {
-	return config{responseSize: 1000}
+	return config{addr: DefaultAddress, responseSize: 1000}
 }
 
 func (c config) validate() error {
@@ -30,6 +35,14 @@ func (c config) validate() error {
 
 // An Option configures a Server. Options are validated once, by New.
 type Option func(*config)
+
+// WithAddress makes the server listen on addr, a "host:port" as net.Listen
+// takes it, instead of [DefaultAddress]. A standalone emulator uses it to
+// serve on a known port (gcloud's emulator uses 8085); port 0 picks a free
+// one, and Server.Addr tells which. New fails if it cannot listen there.
+func WithAddress(addr string) Option {
+	return func(c *config) { c.addr = addr }
+}
 
 // WithAckDeadline makes every lease the server grants last d: the first
 // lease of a delivery and each extension by a non-zero ModifyAckDeadline,

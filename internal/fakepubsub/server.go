@@ -51,8 +51,8 @@ type Server struct {
 	changed    chan struct{} // closed on the next state change; made by WaitFor
 }
 
-// New starts a server on 127.0.0.1 with a free port. It returns an error for
-// an invalid option or if it cannot listen.
+// New starts a server on a free port of 127.0.0.1, or where WithAddress
+// says. It returns an error for an invalid option or if it cannot listen.
 func New(opts ...Option) (*Server, error) {
 	cfg := defaultConfig()
 	for _, opt := range opts {
@@ -61,7 +61,7 @@ func New(opts ...Option) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	lis, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return nil, fmt.Errorf("fakepubsub: listen: %w", err)
 	}

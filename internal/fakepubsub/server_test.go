@@ -2,6 +2,7 @@ package fakepubsub_test
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
 
@@ -43,6 +44,28 @@ func TestNewValidatesOptions(t *testing.T) {
 			require.NoError(t, srv.Close())
 		})
 	}
+}
+
+// TestWithAddress: the server listens where it is told, serves there, and
+// reports an address it cannot take.
+func TestWithAddress(t *testing.T) {
+	t.Parallel()
+	srv, err := fakepubsub.New(fakepubsub.WithAddress("localhost:0"))
+	require.NoError(t, err)
+	defer srv.Close()
+	host, port, err := net.SplitHostPort(srv.Addr)
+	require.NoError(t, err)
+	assert.NotEqual(t, "0", port, "Addr names the port picked")
+	assert.True(t, net.ParseIP(host).IsLoopback(), "listening on %s", host)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	client := harness.Client(t, srv.Addr)
+	_, err = client.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: topicName("topic")})
+	require.NoError(t, err)
+
+	_, err = fakepubsub.New(fakepubsub.WithAddress(srv.Addr))
+	require.Error(t, err, "the port is taken")
 }
 
 // TestClose: Close ends open streams and held publishes, returns once the
