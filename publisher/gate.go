@@ -54,10 +54,11 @@ type keyState struct {
 	held []*Result
 }
 
-// enqueue hands pm to its key's gate and returns its result. An unordered
-// message comes here only for flow control, on the gate of the "" key.
-func (p *Publisher) enqueue(ctx context.Context, pm prepared) *Result {
-	key := pm.msg.OrderingKey
+// enqueue hands r to its key's gate, which sends it now or holds it (P5).
+// An unordered message comes here only for flow control, on the gate of
+// the "" key, and is sent at once.
+func (p *Publisher) enqueue(ctx context.Context, r *Result) {
+	key := r.key
 	sh := &p.shards[ordering.Hash(key)%numShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -69,21 +70,13 @@ func (p *Publisher) enqueue(ctx context.Context, pm prepared) *Result {
 		p.watchers.Add(1)
 		go p.watch(sh, key, ks)
 	}
-	var r *Result
-	switch {
-	case key == "":
-		r = directResult(p.pub.Publish(ctx, pm.msg), pm.size)
-		ks.inflight = append(ks.inflight, r)
-	case ks.failure != nil:
-		r = newResult(key, pm.size)
-		r.msg = pm.msg
+	if key != "" && ks.failure != nil {
 		ks.held = append(ks.held, r)
-	default:
-		r = newResult(key, pm.size)
-		r.under = p.pub.Publish(ctx, pm.msg)
-		ks.inflight = append(ks.inflight, r)
+		return
 	}
-	return r
+	r.direct = key == ""
+	r.under = p.pub.Publish(ctx, &r.msg)
+	ks.inflight = append(ks.inflight, r)
 }
 
 // watch owns ks while its key has messages in flight: it waits for their
@@ -146,7 +139,8 @@ func readyNow(r *pubsub.PublishResult) bool {
 // whether held messages were sent. The shard's mutex is held, so a Publish
 // call that sees a failure reported also sees the key failing.
 func (p *Publisher) settle(key string, ks *keyState, r *Result, id string, err error) (sent bool) {
-	r.under = nil // seen ready: nothing else reads it
+	// The official client is done with the message.
+	r.under, r.msg = nil, pubsub.Message{}
 	if !r.isReady() {
 		if err == nil {
 			r.resolve(id, nil)
@@ -173,8 +167,7 @@ func (p *Publisher) settle(key string, ks *keyState, r *Result, id string, err e
 	p.pub.ResumePublish(key)
 	ks.failure = nil
 	for i, h := range ks.held {
-		h.under = p.pub.Publish(context.Background(), h.msg)
-		h.msg = nil
+		h.under = p.pub.Publish(context.Background(), &h.msg)
 		ks.inflight = append(ks.inflight, h)
 		ks.held[i] = nil
 	}

@@ -37,7 +37,7 @@ type Message struct {
 // prepared is a message checked against the service's limits and shaped as
 // the official client wants it.
 type prepared struct {
-	msg  *pubsub.Message
+	msg  pubsub.Message
 	size int // encoded size, for flow control
 }
 
@@ -94,15 +94,14 @@ func (p *Publisher) prepare(msg *Message, callKey string) (prepared, error) {
 		}
 		bound += fieldBound(fieldBound(len(k)) + fieldBound(len(v)))
 	}
-	m := &pubsub.Message{Data: msg.Data, Attributes: attrs, OrderingKey: key}
 	size := bound
 	if bound > p.maxBytes {
-		size = proto.Size(&pubsubpb.PubsubMessage{Data: m.Data, Attributes: m.Attributes, OrderingKey: m.OrderingKey})
+		size = proto.Size(&pubsubpb.PubsubMessage{Data: msg.Data, Attributes: attrs, OrderingKey: key})
 		if size > p.maxBytes {
 			return invalid(ErrMessageTooLarge, "%d bytes encoded, limit %d", size, p.maxBytes)
 		}
 	}
-	return prepared{msg: m, size: size}, nil
+	return prepared{msg: pubsub.Message{Data: msg.Data, Attributes: attrs, OrderingKey: key}, size: size}, nil
 }
 
 // fieldBound bounds the encoded size of a length-delimited protobuf field

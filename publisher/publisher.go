@@ -117,12 +117,16 @@ func (p *Publisher) Publish(ctx context.Context, msg *Message, opts ...PublishOp
 		}
 		return failed(ErrClosed)
 	}
-	if pm.msg.OrderingKey == "" && p.flow == nil {
+	r := &Result{key: pm.msg.OrderingKey, msg: pm.msg, size: pm.size}
+	if r.key == "" && p.flow == nil {
 		// Nothing to gate and nothing to release: the official result is
 		// the answer.
-		return directResult(p.pub.Publish(ctx, pm.msg), pm.size)
+		r.direct = true
+		r.under = p.pub.Publish(ctx, &r.msg)
+		return r
 	}
-	return p.enqueue(ctx, pm)
+	p.enqueue(ctx, r)
+	return r
 }
 
 // Close stops the publisher: later Publish calls fail with [ErrClosed].

@@ -2,6 +2,8 @@ package publisher
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 
 	"cloud.google.com/go/pubsub/v2"
 )
@@ -14,12 +16,15 @@ import (
 // for the key: a Publish call that starts after Ready is closed is sent
 // after the key's failed tail, never within it (P4, P5).
 type Result struct {
-	// ready is closed once id and err are final. For a direct result it
-	// is the official client's own channel.
-	ready <-chan struct{}
-	done  chan struct{} // ready as a bidirectional channel, for resolve; nil for direct and pre-resolved results
-	id    string
-	err   error
+	// ready is set once id and err are final, with mu held.
+	ready atomic.Bool
+	// mu guards ch. The channel is made only for a caller that waits
+	// while the result is pending: most results are ready before anyone
+	// looks, and then cost no channel.
+	mu  sync.Mutex
+	ch  chan struct{} // closed by resolve; nil if no one waited
+	id  string
+	err error
 
 	// key is the message's ordering key.
 	key string
@@ -30,53 +35,65 @@ type Result struct {
 	under  *pubsub.PublishResult
 	direct bool
 
-	// The fields below belong to the key's gate and are guarded by its
-	// shard's mutex.
-	msg  *pubsub.Message // kept while the message is held back (P5), nil once sent
-	size int             // encoded size, released from flow control when the message is done
+	// msg is the message as the official client takes it, kept here to
+	// save an allocation. It is handed over when the message is sent:
+	// at once, or after the key's failed tail has drained (P5). The gate
+	// clears it once the official client is done with it.
+	msg  pubsub.Message
+	size int // encoded size, released from flow control when the message is done
 }
 
 // closed is a channel that is always closed: the ready channel of results
-// known at once, so that failing fast costs no channel.
+// that are ready before anyone asks.
 var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-// newResult returns a pending result that the key's gate resolves.
-func newResult(key string, size int) *Result {
-	done := make(chan struct{})
-	return &Result{ready: done, done: done, key: key, size: size}
-}
 
 // failed returns a result that is already ready with err.
 func failed(err error) *Result {
-	return &Result{ready: closed, err: err}
-}
-
-// directResult wraps the official client's result for an unordered message.
-func directResult(under *pubsub.PublishResult, size int) *Result {
-	return &Result{ready: under.Ready(), under: under, direct: true, size: size}
+	r := &Result{err: err}
+	r.ready.Store(true)
+	return r
 }
 
 // resolve makes r ready with the server's ID or an error. It is called
 // once, with the key's shard mutex held, so that the failure a Result
 // reports and the state of its key change together.
 func (r *Result) resolve(id string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.id, r.err = id, err
-	close(r.done)
+	r.ready.Store(true)
+	if r.ch != nil {
+		close(r.ch)
+	}
 }
 
-// isReady reports whether r is ready.
+// isReady reports whether r is ready, without waiting.
 func (r *Result) isReady() bool {
-	select {
-	case <-r.ready:
-		return true
-	default:
-		return false
+	if r.direct {
+		return readyNow(r.under)
 	}
+	return r.ready.Load()
 }
 
 // Ready returns a channel that is closed when the result is ready. After
 // that, Get does not block.
-func (r *Result) Ready() <-chan struct{} { return r.ready }
+func (r *Result) Ready() <-chan struct{} {
+	if r.direct {
+		return r.under.Ready()
+	}
+	if r.ready.Load() {
+		return closed
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ready.Load() {
+		return closed
+	}
+	if r.ch == nil {
+		r.ch = make(chan struct{})
+	}
+	return r.ch
+}
 
 // Get blocks until the message is published or has failed, or ctx ends. It
 // returns the server's message ID, or an error: a *ValidationError for a
@@ -84,11 +101,9 @@ func (r *Result) Ready() <-chan struct{} { return r.ready }
 // did not take it (P4), [ErrClosed] after Close, a flow control error, or
 // ctx.Err() if ctx ends first (the publish itself goes on).
 func (r *Result) Get(ctx context.Context) (id string, err error) {
-	select {
-	case <-r.ready:
-	default:
+	if !r.isReady() {
 		select {
-		case <-r.ready:
+		case <-r.Ready():
 		case <-ctx.Done():
 			return "", ctx.Err()
 		}
