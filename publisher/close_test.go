@@ -70,14 +70,7 @@ func TestCloseFlushes(t *testing.T) {
 // it returns the context's error, and a later Close waits for the end.
 func TestCloseIsBoundedByContext(t *testing.T) {
 	t.Parallel()
-	held := make(chan struct{}, 1)
-	release := newGate()
-	e := newEnv(t, onPublish(func(*pubsubpb.PublishRequest) (*pubsubpb.PublishResponse, error) {
-		held <- struct{}{}
-		<-release.ch
-		return nil, nil
-	}))
-	t.Cleanup(release.open)
+	e, held, release := newHoldingEnv(t, 1)
 	ctx := testContext(t)
 	p, err := publisher.New(e.client, e.topic, publisher.WithPublishSettings(settings(1)))
 	require.NoError(t, err)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
-	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -32,14 +31,7 @@ func TestFlowControl(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			held := make(chan struct{}, 4)
-			release := newGate()
-			e := newEnv(t, onPublish(func(*pubsubpb.PublishRequest) (*pubsubpb.PublishResponse, error) {
-				held <- struct{}{}
-				<-release.ch
-				return nil, nil
-			}))
-			t.Cleanup(release.open)
+			e, held, release := newHoldingEnv(t, 4)
 			ctx := testContext(t)
 			s := settings(1)
 			s.FlowControlSettings = tc.fc

@@ -143,6 +143,22 @@ func settings(n int) pubsub.PublishSettings {
 	return s
 }
 
+// newHoldingEnv returns an env whose server holds every Publish RPC until
+// release is opened; held receives a value as each RPC arrives, and has
+// room for n of them.
+func newHoldingEnv(t testing.TB, n int) (e env, held <-chan struct{}, release *gate) {
+	t.Helper()
+	arrived := make(chan struct{}, n)
+	release = newGate()
+	e = newEnv(t, onPublish(func(*pubsubpb.PublishRequest) (*pubsubpb.PublishResponse, error) {
+		arrived <- struct{}{}
+		<-release.ch
+		return nil, nil
+	}))
+	t.Cleanup(release.open) // never leave the server stuck
+	return e, arrived, release
+}
+
 // gate blocks callers of wait until open is called; open is idempotent.
 type gate struct {
 	once sync.Once
