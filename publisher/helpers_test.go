@@ -24,11 +24,7 @@ func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 // testTimeout bounds every wait in this package's tests.
 const testTimeout = 20 * time.Second
 
-func testContext(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	t.Cleanup(cancel)
-	return ctx
-}
+func testContext(t testing.TB) context.Context { return harness.Context(t, testTimeout) }
 
 // reactor adapts a function to pstest.Reactor. pstest runs reactors with
 // its server-wide mutex held: a reactor that blocks stalls every RPC.

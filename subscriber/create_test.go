@@ -22,11 +22,7 @@ func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 const testTimeout = 30 * time.Second
 
-func testContext(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	t.Cleanup(cancel)
-	return ctx
-}
+func testContext(t testing.TB) context.Context { return harness.Context(t, testTimeout) }
 
 var seq atomic.Int64
 
@@ -34,6 +30,19 @@ var seq atomic.Int64
 func names() (topic, sub string) {
 	n := seq.Add(1)
 	return fmt.Sprintf("topic-%d", n), fmt.Sprintf("sub-%d", n)
+}
+
+// createDirectly creates sub's topic, the other topics named, and sub
+// itself through the admin API, bypassing keyorder.
+func createDirectly(t *testing.T, c *pubsub.Client, sub *pubsubpb.Subscription, topics ...string) {
+	t.Helper()
+	ctx := testContext(t)
+	for _, tp := range append([]string{sub.Topic}, topics...) {
+		_, err := c.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: tp})
+		require.NoError(t, err)
+	}
+	_, err := c.SubscriptionAdminClient.CreateSubscription(ctx, sub)
+	require.NoError(t, err)
 }
 
 func path(c *pubsub.Client, kind, id string) string {
@@ -68,12 +77,9 @@ func TestCreateWithTopicKeepsAnExistingSubscription(t *testing.T) {
 	_, client := harness.Pstest(t)
 	ctx := testContext(t)
 	topic, sub := names()
-	_, err := client.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: path(client, "topics", topic)})
-	require.NoError(t, err)
-	_, err = client.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
+	createDirectly(t, client, &pubsubpb.Subscription{
 		Name: path(client, "subscriptions", sub), Topic: path(client, "topics", topic), EnableMessageOrdering: false,
 	})
-	require.NoError(t, err)
 
 	s, err := subscriber.CreateWithTopic(ctx, client, topic, sub)
 	require.NoError(t, err)

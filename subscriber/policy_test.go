@@ -79,15 +79,10 @@ func TestDeadLetteredMessageReleasesItsKey(t *testing.T) {
 	ctx := testContext(t)
 	topic, subID := names()
 	dlq, _ := names()
-	for _, tp := range []string{topic, dlq} {
-		_, err := client.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: path(client, "topics", tp)})
-		require.NoError(t, err)
-	}
-	_, err := client.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
+	createDirectly(t, client, &pubsubpb.Subscription{
 		Name: path(client, "subscriptions", subID), Topic: path(client, "topics", topic), EnableMessageOrdering: true,
 		DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{DeadLetterTopic: path(client, "topics", dlq), MaxDeliveryAttempts: 5},
-	})
-	require.NoError(t, err)
+	}, path(client, "topics", dlq))
 	s, err := subscriber.Open(ctx, client, subID, subscriber.WithMaxAttempts(1))
 	require.NoError(t, err)
 	e := fakeEnv{srv: srv, client: client, topic: s.Topic(), sub: s}
@@ -121,12 +116,9 @@ func TestUnorderedSubscriptionDoesNotHold(t *testing.T) {
 	_, client := harness.Fake(t)
 	ctx := testContext(t)
 	topic, subID := names()
-	_, err := client.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: path(client, "topics", topic)})
-	require.NoError(t, err)
-	_, err = client.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
+	createDirectly(t, client, &pubsubpb.Subscription{
 		Name: path(client, "subscriptions", subID), Topic: path(client, "topics", topic),
 	})
-	require.NoError(t, err)
 	s, err := subscriber.CreateWithTopic(ctx, client, topic, subID, subscriber.WithMaxAttempts(1))
 	require.NoError(t, err)
 	require.False(t, s.Ordered())

@@ -22,11 +22,7 @@ import (
 
 func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func testContext(t *testing.T) context.Context { return harness.Context(t, 20*time.Second) }
 
 // open creates or opens cfg's subscription as demo does.
 func open(t *testing.T, client *pubsub.Client, cfg config) *subscriber.Subscription {

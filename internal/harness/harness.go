@@ -7,6 +7,7 @@ import (
 	"context"
 	"os"
 	"testing"
+	"time"
 
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/pstest"
@@ -43,6 +44,14 @@ func Client(t testing.TB, addr string, opts ...option.ClientOption) *pubsub.Clie
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// Context returns a context that ends after d or when the test ends,
+// whichever comes first: the bound on every wait in a test.
+func Context(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 // Pstest starts a pstest server with the given reactors for the length of a
