@@ -100,7 +100,11 @@ func TestShutdownDrainTimeout(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 	assert.True(t, sawCancel.Load())
-	e.waitStats(t, "the message is nacked", func(st fakepubsub.Stats) bool { return st.Nacked == 1 })
+	// While the official client drains, the service may send the nacked
+	// message again and the client nack it once more, so the count of
+	// nacks depends on timing; what must hold is that there is one and
+	// that nothing was acked.
+	e.waitStats(t, "the message is nacked", func(st fakepubsub.Stats) bool { return st.Nacked >= 1 })
 	assert.Zero(t, e.srv.Stats(e.sub.Name()).Acked)
 }
 
@@ -112,12 +116,15 @@ func TestShutdownCutsRetryBackoff(t *testing.T) {
 	e.publish(t, keyNames(1), 1)
 
 	failed := make(chan struct{})
+	var calls atomic.Int32
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
 		done <- e.sub.Receive(ctx, func(context.Context, *subscriber.Delivery) error {
-			close(failed)
+			if calls.Add(1) == 1 {
+				close(failed)
+			}
 			return errInjected
 		})
 	}()
@@ -129,5 +136,9 @@ func TestShutdownCutsRetryBackoff(t *testing.T) {
 	case <-time.After(testTimeout):
 		t.Fatal("Receive waited for the retry backoff")
 	}
-	e.waitStats(t, "the message is nacked", func(st fakepubsub.Stats) bool { return st.Nacked == 1 })
+	// The nack may be answered by a redelivery that the draining client
+	// nacks again, so count at least one nack, no ack and no second call.
+	e.waitStats(t, "the message is nacked", func(st fakepubsub.Stats) bool { return st.Nacked >= 1 })
+	assert.Zero(t, e.srv.Stats(e.sub.Name()).Acked)
+	assert.Equal(t, int32(1), calls.Load(), "the handler ran once: the retry was cut")
 }

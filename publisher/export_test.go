@@ -1,0 +1,17 @@
+package publisher
+
+// GateState reports, for tests, how many keys have a gate across p's
+// shards and the largest map peak a shard is keeping.
+func GateState(p *Publisher) (keys, maxPeak int) {
+	for i := range p.shards {
+		sh := &p.shards[i]
+		sh.mu.Lock()
+		keys += len(sh.keys)
+		maxPeak = max(maxPeak, sh.peak)
+		sh.mu.Unlock()
+	}
+	return keys, maxPeak
+}
+
+// ShrinkAt is shrinkAt, for tests.
+const ShrinkAt = shrinkAt
