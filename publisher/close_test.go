@@ -43,86 +43,137 @@ func TestPublishAfterClose(t *testing.T) {
 	assert.Empty(t, e.stored())
 }
 
-// TestCloseFlushes checks that Close sends what the official client is
-// still batching, rather than waiting for its delay threshold.
-func TestCloseFlushes(t *testing.T) {
+// drains are the two calls that send what the official client is still
+// batching and wait for every result: Close, and Flush, which leaves the
+// publisher open.
+var drains = []struct {
+	name string
+	call func(*publisher.Publisher, context.Context) error
+}{
+	{"Close", (*publisher.Publisher).Close},
+	{"Flush", (*publisher.Publisher).Flush},
+}
+
+// TestDrainSends checks that Close and Flush send what the official client
+// is still batching, rather than waiting for its delay threshold, and
+// return once every result is ready.
+func TestDrainSends(t *testing.T) {
+	t.Parallel()
+	for _, drain := range drains {
+		t.Run(drain.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			ctx := testContext(t)
+			p, err := publisher.New(e.client, e.topic, publisher.WithPublishSettings(slowBatches(100)))
+			require.NoError(t, err)
+
+			var results []*publisher.Result
+			for i := 0; i < 10; i++ {
+				results = append(results, p.Publish(ctx, &publisher.Message{Data: []byte(fmt.Sprint(i))}, publisher.WithOrderingKey(fmt.Sprint(i%3))))
+			}
+			results = append(results, p.Publish(ctx, &publisher.Message{Data: []byte("unordered")}))
+			require.NoError(t, drain.call(p, ctx))
+			for i, r := range results {
+				require.True(t, isReady(r), "result %d not ready after %s", i, drain.name)
+				_, err := r.Get(ctx)
+				require.NoError(t, err)
+			}
+			assert.Len(t, e.stored(), 11)
+			require.NoError(t, p.Close(ctx))
+		})
+	}
+}
+
+// TestFlushLeavesPublisherOpen checks that Flush can be called again and
+// again, and that Publish works after it.
+func TestFlushLeavesPublisherOpen(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := testContext(t)
 	p, err := publisher.New(e.client, e.topic, publisher.WithPublishSettings(slowBatches(100)))
 	require.NoError(t, err)
-
-	var results []*publisher.Result
-	for i := 0; i < 10; i++ {
-		results = append(results, p.Publish(ctx, &publisher.Message{Data: []byte(fmt.Sprint(i))}, publisher.WithOrderingKey(fmt.Sprint(i%3))))
+	require.NoError(t, p.Flush(ctx), "Flush with nothing published")
+	for round := 0; round < 3; round++ {
+		r := p.Publish(ctx, &publisher.Message{Data: []byte(fmt.Sprint(round))}, publisher.WithOrderingKey("k"))
+		require.NoError(t, p.Flush(ctx))
+		require.True(t, isReady(r), "round %d", round)
 	}
-	results = append(results, p.Publish(ctx, &publisher.Message{Data: []byte("unordered")}))
+	assert.Equal(t, []string{"0", "1", "2"}, e.storedData("k"))
 	require.NoError(t, p.Close(ctx))
-	for i, r := range results {
-		require.True(t, isReady(r), "result %d not ready after Close", i)
-		_, err := r.Get(ctx)
-		require.NoError(t, err)
-	}
-	assert.Len(t, e.stored(), 11)
+	require.NoError(t, p.Flush(ctx), "Flush after Close waits for the shutdown")
 }
 
-// TestCloseIsBoundedByContext holds the server, so Close cannot finish:
-// it returns the context's error, and a later Close waits for the end.
-func TestCloseIsBoundedByContext(t *testing.T) {
+// TestDrainIsBoundedByContext holds the server, so Close or Flush cannot
+// finish: each returns the context's error, and a later call waits for the
+// end.
+func TestDrainIsBoundedByContext(t *testing.T) {
 	t.Parallel()
-	e, held, release := newHoldingEnv(t, 1)
-	ctx := testContext(t)
-	p, err := publisher.New(e.client, e.topic, publisher.WithPublishSettings(settings(1)))
-	require.NoError(t, err)
+	for _, drain := range drains {
+		t.Run(drain.name, func(t *testing.T) {
+			t.Parallel()
+			e, held, release := newHoldingEnv(t, 1)
+			ctx := testContext(t)
+			p, err := publisher.New(e.client, e.topic, publisher.WithPublishSettings(slowBatches(100)))
+			require.NoError(t, err)
 
-	res := p.Publish(ctx, &publisher.Message{Data: []byte("x")}, publisher.WithOrderingKey("k"))
-	<-held
-	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	defer cancel()
-	require.ErrorIs(t, p.Close(short), context.DeadlineExceeded)
-	require.False(t, isReady(res))
+			res := p.Publish(ctx, &publisher.Message{Data: []byte("x")}, publisher.WithOrderingKey("k"))
+			short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			require.ErrorIs(t, drain.call(p, short), context.DeadlineExceeded)
+			<-held // the call sent the batch, which waits an hour otherwise
+			require.False(t, isReady(res))
 
-	release.open()
-	require.NoError(t, p.Close(ctx))
-	require.True(t, isReady(res))
-	_, err = res.Get(ctx)
-	require.NoError(t, err)
+			release.open()
+			require.NoError(t, drain.call(p, ctx))
+			require.True(t, isReady(res))
+			_, err = res.Get(ctx)
+			require.NoError(t, err)
+			require.NoError(t, p.Close(ctx))
+		})
+	}
 }
 
-// TestCloseSendsHeldMessages covers a key that is recovering from a
-// failure while Close runs: the message held behind the failed tail is sent
-// during Close, even though batches otherwise wait an hour.
-func TestCloseSendsHeldMessages(t *testing.T) {
+// TestDrainSendsHeldMessages covers a key that is recovering from a
+// failure while Close or Flush runs: the message held behind the failed
+// tail is sent during the call, even though batches otherwise wait an hour.
+func TestDrainSendsHeldMessages(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, onPublish(func(req *pubsubpb.PublishRequest) (*pubsubpb.PublishResponse, error) {
-		if string(req.Messages[0].Data) == "K-0" {
-			return nil, status.Error(codes.FailedPrecondition, "injected")
-		}
-		return nil, nil
-	}))
-	ctx := testContext(t)
-	p, err := publisher.New(e.client, e.topic, publisher.WithPublishSettings(slowBatches(2)))
-	require.NoError(t, err)
-	pub := func(i int) *publisher.Result {
-		return p.Publish(ctx, &publisher.Message{Data: []byte(fmt.Sprintf("K-%d", i))}, publisher.WithOrderingKey("K"))
-	}
+	for _, drain := range drains {
+		t.Run(drain.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, onPublish(func(req *pubsubpb.PublishRequest) (*pubsubpb.PublishResponse, error) {
+				if string(req.Messages[0].Data) == "K-0" {
+					return nil, status.Error(codes.FailedPrecondition, "injected")
+				}
+				return nil, nil
+			}))
+			ctx := testContext(t)
+			p, err := publisher.New(e.client, e.topic, publisher.WithPublishSettings(slowBatches(2)))
+			require.NoError(t, err)
+			pub := func(i int) *publisher.Result {
+				return p.Publish(ctx, &publisher.Message{Data: []byte(fmt.Sprintf("K-%d", i))}, publisher.WithOrderingKey("K"))
+			}
 
-	// K-0 and K-1 fill a batch, which fails; K-2 waits alone in the next
-	// batch, for an hour, and fails with the tail at once.
-	first, second, tail := pub(0), pub(1), pub(2)
-	for _, r := range []*publisher.Result{first, second, tail} {
-		_, err := r.Get(ctx)
-		require.Error(t, err)
-	}
-	// Published after the failure was reported: held until K-2 has
-	// drained out of the official client.
-	held := pub(3)
-	require.False(t, isReady(held))
+			// K-0 and K-1 fill a batch, which fails; K-2 waits alone in
+			// the next batch, for an hour, and fails with the tail at once.
+			first, second, tail := pub(0), pub(1), pub(2)
+			for _, r := range []*publisher.Result{first, second, tail} {
+				_, err := r.Get(ctx)
+				require.Error(t, err)
+			}
+			// Published after the failure was reported: held until K-2
+			// has drained out of the official client.
+			held := pub(3)
+			require.False(t, isReady(held))
 
-	require.NoError(t, p.Close(ctx))
-	_, err = held.Get(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, []string{"K-3"}, e.storedData("K"))
+			require.NoError(t, drain.call(p, ctx))
+			require.True(t, isReady(held))
+			_, err = held.Get(ctx)
+			require.NoError(t, err)
+			assert.Equal(t, []string{"K-3"}, e.storedData("K"))
+			require.NoError(t, p.Close(ctx))
+		})
+	}
 }
 
 // TestConcurrentPublishAndClose races publishers against Close: every

@@ -92,9 +92,9 @@ func (p *Publisher) watch(sh *shard, key string, ks *keyState) {
 		head := ks.inflight[0].under
 		sh.mu.Unlock()
 		if flush {
-			// Held messages were sent while closing, after Close's own
-			// flush may have run: flush them rather than wait for the
-			// delay threshold.
+			// Held messages were sent while closing or flushing, after
+			// that flush may have run: flush them rather than wait for
+			// the delay threshold.
 			p.pub.Flush()
 			flush = false
 		}
@@ -112,7 +112,7 @@ func (p *Publisher) watch(sh *shard, key string, ks *keyState) {
 			ks.inflight[0] = nil
 			ks.inflight = ks.inflight[1:]
 			// Unordered results answer for themselves.
-			if key != "" && p.settle(key, ks, r, id, err) && sh.closing {
+			if key != "" && p.settle(key, ks, r, id, err) && (sh.closing || p.flushing.Load() > 0) {
 				flush = true
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"cloud.google.com/go/pubsub/v2"
 )
@@ -35,7 +36,10 @@ type Publisher struct {
 	// watchers counts the gate goroutines, one per key with messages in
 	// flight. Add is called with the key's shard mutex held, so every Add
 	// happens before Close marks that shard closing and then waits.
-	watchers  sync.WaitGroup
+	watchers sync.WaitGroup
+	// flushing counts the Flush calls under way: held messages sent while
+	// one runs are flushed at once rather than left to the thresholds.
+	flushing  atomic.Int32
 	closeOnce sync.Once
 	done      chan struct{} // closed by shutdown when every result is ready
 }
@@ -127,6 +131,81 @@ func (p *Publisher) Publish(ctx context.Context, msg *Message, opts ...PublishOp
 	}
 	p.enqueue(ctx, r)
 	return r
+}
+
+// Flush sends every message published before the call without waiting for
+// the batching thresholds, and returns once each of their Results is ready,
+// or with ctx.Err() if ctx ends first; the messages are sent all the same.
+// A message held behind its key's failure (see [PublishError]) is sent when
+// its key resumes, and Flush waits for it too. Outcomes are reported on the
+// Results, not by Flush.
+//
+// Messages published while Flush runs may or may not be flushed with them.
+// Flush after Close waits for Close's shutdown.
+func (p *Publisher) Flush(ctx context.Context) error {
+	p.closeMu.RLock()
+	if p.closed {
+		p.closeMu.RUnlock()
+		select {
+		case <-p.done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	// The official Flush cannot be cancelled: it runs on its own goroutine,
+	// counted with the watchers so that Close stops the official publisher
+	// only after it. Add happens under closeMu before closed is set, hence
+	// before Close waits.
+	p.watchers.Add(1)
+	p.closeMu.RUnlock()
+	p.flushing.Add(1)
+	defer p.flushing.Add(-1)
+	pending := p.pending()
+	sent := make(chan struct{})
+	go func() {
+		defer p.watchers.Done()
+		defer close(sent)
+		p.pub.Flush()
+	}()
+	// Once the official Flush returns, every message it held has an
+	// official result; the gated Results follow as their keys' watchers
+	// settle them, and held messages as their keys resume.
+	select {
+	case <-sent:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	for _, r := range pending {
+		select {
+		case <-r.Ready():
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// pending returns the gated Results that are not ready yet: the messages of
+// every key in the official client's hands or held behind a failure.
+// Unordered messages published without flow control are not gated; the
+// official Flush answers for them.
+func (p *Publisher) pending() []*Result {
+	var rs []*Result
+	for i := range p.shards {
+		sh := &p.shards[i]
+		sh.mu.Lock()
+		for _, ks := range sh.keys {
+			for _, r := range ks.inflight {
+				if !r.isReady() {
+					rs = append(rs, r)
+				}
+			}
+			rs = append(rs, ks.held...)
+		}
+		sh.mu.Unlock()
+	}
+	return rs
 }
 
 // Close stops the publisher: later Publish calls fail with [ErrClosed].
