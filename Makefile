@@ -19,9 +19,13 @@ run:
 	$(GO) run ./examples/orders
 
 ## bench: benchmarks with allocation counts; BENCH=regexp narrows them.
-## Compare runs with benchstat (golang.org/x/perf/cmd/benchstat).
+## BENCHCOUNT rounds of one run each, so that the sub-benchmarks compared
+## side by side alternate and share the machine's drift. Summarise with
+## benchstat (golang.org/x/perf/cmd/benchstat): benchstat -col /sub FILE.
 bench:
-	$(GO) test -run='^$$' -bench='$(BENCH)' -benchmem -count=$(BENCHCOUNT) -benchtime=$(BENCHTIME) ./...
+	for i in $$(seq $(BENCHCOUNT)); do \
+		$(GO) test -run='^$$' -bench='$(BENCH)' -benchmem -count=1 -benchtime=$(BENCHTIME) ./... || exit 1; \
+	done
 
 ## lint: go vet plus staticcheck, pinned.
 lint:

@@ -35,6 +35,13 @@
 // Invalid messages fail with a [*ValidationError] before anything is sent,
 // and do not affect their key (P6).
 //
+// # Flushing and closing
+//
+// The official client batches messages by count, size and delay (see
+// [WithPublishSettings]). [Publisher.Flush] sends what is batched now and
+// waits for the results; [Publisher.Close] does the same and stops the
+// publisher. Both are bounded by their context.
+//
 // # Cost
 //
 // A key with nothing outstanding leaves no state behind (P7). A key with
