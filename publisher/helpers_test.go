@@ -16,6 +16,7 @@ import (
 
 	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/internal/leaktest"
+	"github.com/keyorder/keyorder/internal/ordercheck"
 	"github.com/keyorder/keyorder/publisher"
 )
 
@@ -129,6 +130,20 @@ func (e env) storedData(key string) []string {
 		}
 	}
 	return out
+}
+
+// storedOrder runs what the server holds for e's topic through the order
+// checker, in publish order: seq gives a message's sequence in its key,
+// from 1, and each of keys is expected to hold perKey messages.
+func (e env) storedOrder(keys []string, perKey int, seq func(data string) int) ordercheck.Report {
+	c := ordercheck.New()
+	for _, k := range keys {
+		c.Expect(k, perKey)
+	}
+	for _, m := range e.stored() {
+		c.Record(m.OrderingKey, seq(string(m.Data)))
+	}
+	return c.Report()
 }
 
 // settings returns the default publish settings with batches of n messages.

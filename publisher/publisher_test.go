@@ -3,6 +3,7 @@ package publisher_test
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 
 	"cloud.google.com/go/pubsub/v2"
@@ -104,13 +105,16 @@ func TestOrderPerKey(t *testing.T) {
 	for k := 0; k < keys; k++ {
 		require.NoError(t, <-errs)
 	}
-	for k := 0; k < keys; k++ {
-		want := make([]string, perKey)
-		for i := range want {
-			want[i] = fmt.Sprint(i)
-		}
-		assert.Equal(t, want, e.storedData(fmt.Sprintf("k%d", k)))
+	names := make([]string, keys)
+	for k := range names {
+		names[k] = fmt.Sprintf("k%d", k)
 	}
+	report := e.storedOrder(names, perKey, func(data string) int {
+		i, _ := strconv.Atoi(data)
+		return i + 1
+	})
+	require.NoError(t, report.Err())
+	assert.Equal(t, keys*perKey, report.Records)
 }
 
 func TestNewRejectsBadConfiguration(t *testing.T) {
