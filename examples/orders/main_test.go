@@ -69,10 +69,12 @@ func TestMissingOrders(t *testing.T) {
 	require.NoError(t, demo(ctx, client, cfg, &bytes.Buffer{}))
 
 	sub := open(t, client, cfg)
-	cfg.events, cfg.wait = 4, 200*time.Millisecond // one more than published
+	// One more event than published. The run takes the whole wait, which
+	// leaves a loaded machine ample time for the 9 orders that exist.
+	cfg.events, cfg.wait = 4, 2*time.Second
 	var out bytes.Buffer
 	err := receiveAll(ctx, sub, cfg, &out)
-	require.ErrorContains(t, err, "only 9 of 12 orders were processed within -wait=200ms")
+	require.ErrorContains(t, err, "only 9 of 12 orders were processed within -wait=2s")
 	assert.Contains(t, out.String(), "c-01: 3 records, 4 expected: 1 missing [4]")
 }
 
