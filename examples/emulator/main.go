@@ -6,8 +6,9 @@
 // streams only when idle, whole tails redelivered). It prints the
 // PUBSUB_EMULATOR_HOST line to use, and serves until SIGINT or SIGTERM.
 //
-// Flags: -port (default 8085, as gcloud's emulator; 0 picks a free one)
-// and -fake.
+// Flags: -port (default 8085, as gcloud's emulator; 0 picks a free one),
+// -host (default localhost; 0.0.0.0 serves every interface, as a container
+// needs) and -fake.
 //
 // One publisher and two subscriber processes on one subscription, with
 // per-key order kept across both. Start the emulator (drop -fake for
@@ -62,7 +63,8 @@ func main() {
 // run serves until ctx ends, then closes the server.
 func run(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("emulator", flag.ContinueOnError)
-	port := fs.Int("port", 8085, "port to listen on, on localhost; 0 picks a free one")
+	port := fs.Int("port", 8085, "port to listen on; 0 picks a free one")
+	host := fs.String("host", "localhost", "host or IP to listen on; 0.0.0.0 or :: for every interface")
 	fake := fs.Bool("fake", false, "serve internal/fakepubsub instead of pstest")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -70,15 +72,28 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	addr := net.JoinHostPort("localhost", strconv.Itoa(*port))
+	addr := net.JoinHostPort(*host, strconv.Itoa(*port))
 	name, srv, err := listen(addr, *fake)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "%s serving on %s; in another shell:\nexport %s=%s\n", name, srv.addr, harness.EmulatorEnv, srv.addr)
+	fmt.Fprintf(out, "%s serving on %s; in another shell:\nexport %s=%s\n", name, srv.addr, harness.EmulatorEnv, dialAddr(srv.addr))
 	<-ctx.Done()
 	fmt.Fprintf(out, "%s stopping\n", name)
 	return srv.Close()
+}
+
+// dialAddr is the address a client on this machine dials to reach a server
+// listening on addr: localhost when it listens on every interface.
+func dialAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		return net.JoinHostPort("localhost", port)
+	}
+	return addr
 }
 
 // server is either kind of server.

@@ -25,13 +25,16 @@ func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 // it as a signal would.
 func TestServes(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		args []string
+		name       string // the server the program names
+		args       []string
+		everywhere bool // listening on every interface
 	}{
-		{"pstest", []string{"-port=0"}},
-		{"fakepubsub", []string{"-port=0", "-fake"}},
+		{"pstest", []string{"-port=0"}, false},
+		{"fakepubsub", []string{"-port=0", "-fake"}, false},
+		{"pstest", []string{"-port=0", "-host=0.0.0.0"}, true},
+		{"fakepubsub", []string{"-port=0", "-fake", "-host=0.0.0.0"}, true},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			defer cancel()
@@ -45,6 +48,19 @@ func TestServes(t *testing.T) {
 			addr, ok := strings.CutPrefix(export, "export "+harness.EmulatorEnv+"=")
 			require.True(t, ok, export)
 			roundTrip(t, ctx, addr)
+			serving, _, _ := strings.Cut(strings.TrimPrefix(first, tc.name+" serving on "), ";")
+			listenHost, _, err := net.SplitHostPort(serving)
+			require.NoError(t, err)
+			dialHost, _, err := net.SplitHostPort(addr)
+			require.NoError(t, err)
+			if tc.everywhere {
+				// It listens on every interface, and prints localhost to dial.
+				assert.True(t, net.ParseIP(listenHost).IsUnspecified(), first)
+				assert.Equal(t, "localhost", dialHost)
+			} else {
+				assert.True(t, net.ParseIP(listenHost).IsLoopback(), first)
+				assert.Equal(t, listenHost, dialHost)
+			}
 
 			stop()
 			require.NoError(t, <-done)
