@@ -56,31 +56,40 @@ var drains = []struct {
 
 // TestDrainSends checks that Close and Flush send what the official client
 // is still batching, rather than waiting for its delay threshold, and
-// return once every result is ready.
+// return once every result is ready: without flow control, where an
+// unordered message goes straight to the official client, and with it,
+// where unordered messages pass through keyorder's gate too.
 func TestDrainSends(t *testing.T) {
 	t.Parallel()
+	flowControlled := slowBatches(100)
+	flowControlled.FlowControlSettings = pubsub.FlowControlSettings{MaxOutstandingMessages: 100, LimitExceededBehavior: pubsub.FlowControlBlock}
 	for _, drain := range drains {
-		t.Run(drain.name, func(t *testing.T) {
-			t.Parallel()
-			e := newEnv(t)
-			ctx := testContext(t)
-			p, err := publisher.New(e.client, e.topic, publisher.WithPublishSettings(slowBatches(100)))
-			require.NoError(t, err)
-
-			var results []*publisher.Result
-			for i := 0; i < 10; i++ {
-				results = append(results, p.Publish(ctx, &publisher.Message{Data: []byte(fmt.Sprint(i))}, publisher.WithOrderingKey(fmt.Sprint(i%3))))
-			}
-			results = append(results, p.Publish(ctx, &publisher.Message{Data: []byte("unordered")}))
-			require.NoError(t, drain.call(p, ctx))
-			for i, r := range results {
-				require.True(t, isReady(r), "result %d not ready after %s", i, drain.name)
-				_, err := r.Get(ctx)
+		for _, fc := range []struct {
+			name     string
+			settings pubsub.PublishSettings
+		}{{"no flow control", slowBatches(100)}, {"flow control", flowControlled}} {
+			t.Run(drain.name+"/"+fc.name, func(t *testing.T) {
+				t.Parallel()
+				e := newEnv(t)
+				ctx := testContext(t)
+				p, err := publisher.New(e.client, e.topic, publisher.WithPublishSettings(fc.settings))
 				require.NoError(t, err)
-			}
-			assert.Len(t, e.stored(), 11)
-			require.NoError(t, p.Close(ctx))
-		})
+
+				var results []*publisher.Result
+				for i := 0; i < 10; i++ {
+					results = append(results, p.Publish(ctx, &publisher.Message{Data: []byte(fmt.Sprint(i))}, publisher.WithOrderingKey(fmt.Sprint(i%3))))
+				}
+				results = append(results, p.Publish(ctx, &publisher.Message{Data: []byte("unordered")}))
+				require.NoError(t, drain.call(p, ctx))
+				for i, r := range results {
+					require.True(t, isReady(r), "result %d not ready after %s", i, drain.name)
+					_, err := r.Get(ctx)
+					require.NoError(t, err)
+				}
+				assert.Len(t, e.stored(), 11)
+				require.NoError(t, p.Close(ctx))
+			})
+		}
 	}
 }
 
