@@ -2,7 +2,6 @@ package publisher_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -25,10 +24,7 @@ func BenchmarkPublish(b *testing.B) {
 	const keys = 1000
 	e := newEnv(b, discardPublishes())
 	ctx := context.Background()
-	names := make([]string, keys)
-	for i := range names {
-		names[i] = fmt.Sprintf("customer-%d", i)
-	}
+	names := keyNames(keys, "customer-%d")
 	data := make([]byte, 128)
 	headers := map[string]string{"kind": "order-created"}
 
@@ -84,10 +80,7 @@ func BenchmarkPublishBatches(b *testing.B) {
 	const keys, perKey = 1000, 10
 	e := newEnv(b, discardPublishes())
 	ctx := context.Background()
-	names := make([]string, keys)
-	for i := range names {
-		names[i] = fmt.Sprintf("customer-%d", i)
-	}
+	names := keyNames(keys, "customer-%d")
 	data := make([]byte, 128)
 	headers := map[string]string{"kind": "order-created"}
 	settings := pubsub.DefaultPublishSettings

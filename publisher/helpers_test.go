@@ -146,6 +146,15 @@ func (e env) storedOrder(keys []string, perKey int, seq func(data string) int) o
 	return c.Report()
 }
 
+// keyNames returns n ordering keys: format applied to 0..n-1.
+func keyNames(n int, format string) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf(format, i)
+	}
+	return names
+}
+
 // settings returns the default publish settings with batches of n messages.
 func settings(n int) pubsub.PublishSettings {
 	s := pubsub.DefaultPublishSettings

@@ -268,10 +268,7 @@ func TestFailuresUnderLoad(t *testing.T) {
 	}
 	wg.Wait()
 
-	names := make([]string, keys)
-	for k := range names {
-		names[k] = fmt.Sprint(k)
-	}
+	names := keyNames(keys, "%d")
 	stored := e.storedOrder(names, perKey, func(data string) int {
 		var k, i int
 		_, _ = fmt.Sscanf(data, "k%d-%d", &k, &i)

@@ -105,10 +105,7 @@ func TestOrderPerKey(t *testing.T) {
 	for k := 0; k < keys; k++ {
 		require.NoError(t, <-errs)
 	}
-	names := make([]string, keys)
-	for k := range names {
-		names[k] = fmt.Sprintf("k%d", k)
-	}
+	names := keyNames(keys, "k%d")
 	report := e.storedOrder(names, perKey, func(data string) int {
 		i, _ := strconv.Atoi(data)
 		return i + 1
