@@ -16,7 +16,7 @@ import (
 
 	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/internal/leaktest"
-	"github.com/keyorder/keyorder/internal/ordercheck"
+	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/publisher"
 )
 
@@ -135,8 +135,8 @@ func (e env) storedData(key string) []string {
 // storedOrder runs what the server holds for e's topic through the order
 // checker, in publish order: seq gives a message's sequence in its key,
 // from 1, and each of keys is expected to hold perKey messages.
-func (e env) storedOrder(keys []string, perKey int, seq func(data string) int) ordercheck.Report {
-	c := ordercheck.New()
+func (e env) storedOrder(keys []string, perKey int, seq func(data string) int) orderingtest.Report {
+	c := orderingtest.NewChecker()
 	for _, k := range keys {
 		c.Expect(k, perKey)
 	}

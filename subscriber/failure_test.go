@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/keyorder/keyorder/internal/fakepubsub"
+	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/subscriber"
 )
 
@@ -109,7 +109,7 @@ func TestRedeliveredTailsAreNotReprocessed(t *testing.T) {
 	const perKey = 30
 	for _, tc := range []struct {
 		name  string
-		fopts []fakepubsub.Option
+		fopts []orderingtest.Option
 		// before runs before Receive starts.
 		before func(t *testing.T, e fakeEnv)
 		// during runs once, when key-0 is a third processed.
@@ -118,7 +118,7 @@ func TestRedeliveredTailsAreNotReprocessed(t *testing.T) {
 		slow func(e fakeEnv, d *subscriber.Delivery) bool
 		// until must hold of the server's stats before Receive stops, so
 		// that what came back has gone through Receive.
-		until func(fakepubsub.Stats) bool
+		until func(orderingtest.Stats) bool
 	}{
 		{
 			name: "tail redelivery",
@@ -130,26 +130,26 @@ func TestRedeliveredTailsAreNotReprocessed(t *testing.T) {
 		},
 		{
 			name:  "lost acks",
-			fopts: []fakepubsub.Option{fakepubsub.WithAckDeadline(300 * time.Millisecond)},
+			fopts: []orderingtest.Option{orderingtest.WithAckDeadline(300 * time.Millisecond)},
 			before: func(t *testing.T, e fakeEnv) {
-				e.srv.DropAcks(fakepubsub.Key("key-1"), 5)
+				e.srv.DropAcks(orderingtest.Key("key-1"), 5)
 			},
-			until: func(st fakepubsub.Stats) bool { return st.Expired > 0 },
+			until: func(st orderingtest.Stats) bool { return st.Expired > 0 },
 		},
 		{
 			name: "duplicate deliveries",
 			before: func(t *testing.T, e fakeEnv) {
-				e.srv.DuplicateDeliveries(fakepubsub.AnyMessage, 40)
+				e.srv.DuplicateDeliveries(orderingtest.AnyMessage, 40)
 			},
-			until: func(st fakepubsub.Stats) bool { return st.Duplicated > 0 },
+			until: func(st orderingtest.Stats) bool { return st.Duplicated > 0 },
 		},
 		{
 			name:  "expired lease",
-			fopts: []fakepubsub.Option{fakepubsub.WithAckDeadline(200 * time.Millisecond)},
+			fopts: []orderingtest.Option{orderingtest.WithAckDeadline(200 * time.Millisecond)},
 			slow: func(e fakeEnv, d *subscriber.Delivery) bool {
 				return string(d.Data) == "key-2/12"
 			},
-			until: func(st fakepubsub.Stats) bool { return st.Expired > 0 },
+			until: func(st orderingtest.Stats) bool { return st.Expired > 0 },
 		},
 		{
 			name: "broken streams",
@@ -161,7 +161,7 @@ func TestRedeliveredTailsAreNotReprocessed(t *testing.T) {
 				defer cancel()
 				require.NoError(t, e.srv.WaitFor(ctx, func() bool { return e.srv.Stats(e.sub.Name()).StreamsOpened > opened }))
 			},
-			until: func(st fakepubsub.Stats) bool { return st.StreamsOpened >= 2 },
+			until: func(st orderingtest.Stats) bool { return st.StreamsOpened >= 2 },
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

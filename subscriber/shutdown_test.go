@@ -10,12 +10,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/keyorder/keyorder/internal/fakepubsub"
+	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/subscriber"
 )
 
 // waitStats waits until cond holds of e's subscription stats.
-func (e fakeEnv) waitStats(t *testing.T, what string, cond func(fakepubsub.Stats) bool) {
+func (e fakeEnv) waitStats(t *testing.T, what string, cond func(orderingtest.Stats) bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -48,12 +48,12 @@ func TestShutdownDrains(t *testing.T) {
 		})
 	}()
 	<-running
-	e.waitStats(t, "the whole backlog is with the client", func(st fakepubsub.Stats) bool { return st.Outstanding == 10 })
+	e.waitStats(t, "the whole backlog is with the client", func(st orderingtest.Stats) bool { return st.Outstanding == 10 })
 	cancel()
 	// The service answers the nack of the queued tail by sending the tail
 	// again, which the client nacks in turn while it drains, so count
 	// only that the nacks began before the running handler finished.
-	e.waitStats(t, "the queued deliveries are nacked", func(st fakepubsub.Stats) bool { return st.Nacked > 0 })
+	e.waitStats(t, "the queued deliveries are nacked", func(st orderingtest.Stats) bool { return st.Nacked > 0 })
 	select {
 	case err := <-done:
 		t.Fatalf("Receive returned (%v) while a handler was running", err)
@@ -104,7 +104,7 @@ func TestShutdownDrainTimeout(t *testing.T) {
 	// message again and the client nack it once more, so the count of
 	// nacks depends on timing; what must hold is that there is one and
 	// that nothing was acked.
-	e.waitStats(t, "the message is nacked", func(st fakepubsub.Stats) bool { return st.Nacked >= 1 })
+	e.waitStats(t, "the message is nacked", func(st orderingtest.Stats) bool { return st.Nacked >= 1 })
 	assert.Zero(t, e.srv.Stats(e.sub.Name()).Acked)
 }
 
@@ -138,7 +138,7 @@ func TestShutdownCutsRetryBackoff(t *testing.T) {
 	}
 	// The nack may be answered by a redelivery that the draining client
 	// nacks again, so count at least one nack, no ack and no second call.
-	e.waitStats(t, "the message is nacked", func(st fakepubsub.Stats) bool { return st.Nacked >= 1 })
+	e.waitStats(t, "the message is nacked", func(st orderingtest.Stats) bool { return st.Nacked >= 1 })
 	assert.Zero(t, e.srv.Stats(e.sub.Name()).Acked)
 	assert.Equal(t, int32(1), calls.Load(), "the handler ran once: the retry was cut")
 }

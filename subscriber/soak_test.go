@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/keyorder/keyorder/internal/fakepubsub"
+	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/subscriber"
 )
 
@@ -30,14 +30,14 @@ func TestSoak(t *testing.T) {
 	}
 	rs := pubsub.DefaultReceiveSettings
 	rs.MaxOutstandingMessages = 400
-	e := newFakeEnv(t, []fakepubsub.Option{fakepubsub.WithAckDeadline(2 * time.Second)},
+	e := newFakeEnv(t, []orderingtest.Option{orderingtest.WithAckDeadline(2 * time.Second)},
 		subscriber.WithWorkers(8), subscriber.WithMaxAttempts(2), fast, subscriber.WithReceiveSettings(rs))
 	e.publish(t, keys, perKey)
 	sub := e.sub.Name()
 
 	// Faults at the server, from the start.
-	e.srv.DropAcks(fakepubsub.AnyMessage, 40)
-	e.srv.DuplicateDeliveries(fakepubsub.AnyMessage, 150)
+	e.srv.DropAcks(orderingtest.AnyMessage, 40)
+	e.srv.DuplicateDeliveries(orderingtest.AnyMessage, 150)
 
 	tr := newTracker(keys, perKey)
 	var (

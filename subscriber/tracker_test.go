@@ -12,9 +12,8 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	"github.com/stretchr/testify/require"
 
-	"github.com/keyorder/keyorder/internal/fakepubsub"
 	"github.com/keyorder/keyorder/internal/harness"
-	"github.com/keyorder/keyorder/internal/ordercheck"
+	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/subscriber"
 )
@@ -22,13 +21,13 @@ import (
 // fakeEnv is an ordering-faithful fake server with a topic, a keyorder
 // subscription on it and a publisher, for one test.
 type fakeEnv struct {
-	srv    *fakepubsub.Server
+	srv    *orderingtest.Server
 	client *pubsub.Client
 	topic  string // full names
 	sub    *subscriber.Subscription
 }
 
-func newFakeEnv(t *testing.T, fopts []fakepubsub.Option, sopts ...subscriber.Option) fakeEnv {
+func newFakeEnv(t *testing.T, fopts []orderingtest.Option, sopts ...subscriber.Option) fakeEnv {
 	t.Helper()
 	srv, client := harness.Fake(t, fopts...)
 	topic, subID := names()
@@ -75,7 +74,7 @@ type tracker struct {
 	busy      map[string]bool // a call of the key is running
 	calls     map[string]int  // handler calls per message, "key/seq"
 	bad       []string        // violations, as they happened
-	check     *ordercheck.Checker
+	check     *orderingtest.Checker
 	remaining int
 	done      chan struct{} // closed when every message has been processed
 }
@@ -83,7 +82,7 @@ type tracker struct {
 func newTracker(keys []string, perKey int) *tracker {
 	tr := &tracker{
 		next: map[string]int{}, busy: map[string]bool{}, calls: map[string]int{},
-		check: ordercheck.New(), remaining: len(keys) * perKey, done: make(chan struct{}),
+		check: orderingtest.NewChecker(), remaining: len(keys) * perKey, done: make(chan struct{}),
 	}
 	for _, k := range keys {
 		tr.next[k] = 1
@@ -198,7 +197,7 @@ func (tr *tracker) receiveUntil(t *testing.T, s *subscriber.Subscription, h subs
 
 // settled returns a condition for receiveUntil: nothing is outstanding on
 // e's subscription, and cond holds of its stats.
-func (e fakeEnv) settled(cond func(fakepubsub.Stats) bool) func(ctx context.Context) error {
+func (e fakeEnv) settled(cond func(orderingtest.Stats) bool) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		return e.srv.WaitFor(ctx, func() bool {
 			st := e.srv.Stats(e.sub.Name())

@@ -1,7 +1,7 @@
 // Command emulator runs a Pub/Sub server on a port as a standalone
 // process, so that keyorder's examples can run as separate processes that
 // share it: pstest, the official fake, by default, or with -fake
-// internal/fakepubsub, which models ordering the way the service does
+// ordering/orderingtest, which models ordering the way the service does
 // (several messages of a key outstanding at once, keys moving between
 // streams only when idle, whole tails redelivered). It prints the
 // PUBSUB_EMULATOR_HOST line to use, and serves until SIGINT or SIGTERM.
@@ -46,8 +46,8 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/pstest"
 
-	"github.com/keyorder/keyorder/internal/fakepubsub"
 	"github.com/keyorder/keyorder/internal/harness"
+	"github.com/keyorder/keyorder/ordering/orderingtest"
 )
 
 func main() {
@@ -65,7 +65,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("emulator", flag.ContinueOnError)
 	port := fs.Int("port", 8085, "port to listen on; 0 picks a free one")
 	host := fs.String("host", "localhost", "host or IP to listen on; 0.0.0.0 or :: for every interface")
-	fake := fs.Bool("fake", false, "serve internal/fakepubsub instead of pstest")
+	fake := fs.Bool("fake", false, "serve ordering/orderingtest instead of pstest")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -104,7 +104,7 @@ type server struct {
 
 func listen(addr string, fake bool) (name string, srv server, err error) {
 	if fake {
-		s, err := fakepubsub.New(fakepubsub.WithAddress(addr))
+		s, err := orderingtest.New(orderingtest.WithAddress(addr))
 		if err != nil {
 			return "", server{}, err
 		}

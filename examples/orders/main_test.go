@@ -15,7 +15,7 @@ import (
 
 	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/internal/leaktest"
-	"github.com/keyorder/keyorder/internal/ordercheck"
+	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/subscriber"
 )
@@ -148,7 +148,7 @@ func TestSubscriberSeesStepBack(t *testing.T) {
 	}()
 	var out bytes.Buffer
 	seqs, err := receiveFor(subCtx, sub, cfg, &out)
-	require.ErrorIs(t, err, ordercheck.ErrViolation)
+	require.ErrorIs(t, err, orderingtest.ErrViolation)
 	assert.Equal(t, []int{1, 3, 2}, seqs["c-01"])
 	assert.Contains(t, out.String(), "c-01: 1 3 2: NOT INCREASING: 1 out of order [2]")
 }

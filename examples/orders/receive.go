@@ -9,14 +9,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/keyorder/keyorder/internal/ordercheck"
+	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/subscriber"
 )
 
 // tally is what one Receive processed. Its handler runs on the
 // subscriber's worker goroutines, several at once.
 type tally struct {
-	check *ordercheck.Checker
+	check *orderingtest.Checker
 	want  int    // stop once this many are processed; 0: never
 	stop  func() // ends the Receive
 
@@ -26,7 +26,7 @@ type tally struct {
 	bad  []string         // messages whose key or data is wrong
 }
 
-func newTally(check *ordercheck.Checker, want int, stop func()) *tally {
+func newTally(check *orderingtest.Checker, want int, stop func()) *tally {
 	return &tally{check: check, want: want, stop: stop, seqs: map[string][]int{}}
 }
 
@@ -64,7 +64,7 @@ func (t *tally) processed() (n int, bad error) {
 // receiveAll receives every customer's orders, or fails after cfg.wait,
 // and checks that each customer's were processed once each, in order.
 func receiveAll(ctx context.Context, sub *subscriber.Subscription, cfg config, out io.Writer) error {
-	check := ordercheck.New()
+	check := orderingtest.NewChecker()
 	for i := range cfg.customers {
 		check.Expect(customer(i), cfg.events)
 	}
@@ -115,7 +115,7 @@ func receiveAll(ctx context.Context, sub *subscriber.Subscription, cfg config, o
 // twice, once in each process (at-least-once delivery, which S6 can
 // dedupe only within a process).
 func receiveFor(ctx context.Context, sub *subscriber.Subscription, cfg config, out io.Writer) (map[string][]int, error) {
-	check := ordercheck.New()
+	check := orderingtest.NewChecker()
 	rctx, cancel := context.WithTimeout(ctx, cfg.wait)
 	defer cancel()
 	t := newTally(check, 0, cancel)
@@ -145,7 +145,7 @@ func receiveFor(ctx context.Context, sub *subscriber.Subscription, cfg config, o
 	case bad != nil:
 		return t.seqs, bad
 	case violations > 0:
-		return t.seqs, fmt.Errorf("%w: %d records out of order or repeated", ordercheck.ErrViolation, violations)
+		return t.seqs, fmt.Errorf("%w: %d records out of order or repeated", orderingtest.ErrViolation, violations)
 	}
 	fmt.Fprintln(out, "each customer's orders came in increasing order")
 	return t.seqs, nil

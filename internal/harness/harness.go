@@ -1,5 +1,5 @@
 // Package harness connects keyorder's tests and examples to an in-process
-// Pub/Sub server: pstest, internal/fakepubsub, or whatever server
+// Pub/Sub server: pstest, ordering/orderingtest, or whatever server
 // PUBSUB_EMULATOR_HOST names.
 package harness
 
@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/keyorder/keyorder/internal/fakepubsub"
+	"github.com/keyorder/keyorder/ordering/orderingtest"
 )
 
 // Project is the project ID tests and examples use. Fake servers accept any.
@@ -89,12 +89,12 @@ func Open(ctx context.Context) (c *pubsub.Client, where string, closeAll func(),
 	return c, "embedded pstest at " + srv.Addr, func() { _ = c.Close(); _ = srv.Close() }, nil
 }
 
-// Fake starts an internal/fakepubsub server with the given options for the
+// Fake starts an ordering/orderingtest server with the given options for the
 // length of a test and returns it with a connected client. The client is
 // closed before the server.
-func Fake(t testing.TB, opts ...fakepubsub.Option) (*fakepubsub.Server, *pubsub.Client) {
+func Fake(t testing.TB, opts ...orderingtest.Option) (*orderingtest.Server, *pubsub.Client) {
 	t.Helper()
-	srv, err := fakepubsub.New(opts...)
+	srv, err := orderingtest.New(opts...)
 	if err != nil {
 		t.Fatalf("harness: start fakepubsub: %v", err)
 	}

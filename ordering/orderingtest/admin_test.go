@@ -1,0 +1,163 @@
+package orderingtest_test
+
+import (
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/api/iterator"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+)
+
+func TestTopicAdmin(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	tc := f.client.TopicAdminClient
+	for _, id := range []string{"b-topic", "a-topic", "c-topic"} {
+		f.createTopic(&pubsubpb.Topic{Name: topicName(id)})
+	}
+
+	got, err := tc.GetTopic(f.ctx, &pubsubpb.GetTopicRequest{Topic: topicName("a-topic")})
+	require.NoError(t, err)
+	assert.Equal(t, topicName("a-topic"), got.Name)
+
+	var names []string
+	it := tc.ListTopics(f.ctx, &pubsubpb.ListTopicsRequest{Project: "projects/keyorder-test", PageSize: 2})
+	for {
+		topic, err := it.Next()
+		if err == iterator.Done {
+			break
+		}
+		require.NoError(t, err)
+		names = append(names, topic.Name)
+	}
+	assert.Equal(t, []string{topicName("a-topic"), topicName("b-topic"), topicName("c-topic"), f.topic}, names)
+
+	var subs []string
+	sit := tc.ListTopicSubscriptions(f.ctx, &pubsubpb.ListTopicSubscriptionsRequest{Topic: f.topic})
+	for {
+		s, err := sit.Next()
+		if err == iterator.Done {
+			break
+		}
+		require.NoError(t, err)
+		subs = append(subs, s)
+	}
+	assert.Equal(t, []string{f.sub}, subs)
+
+	require.NoError(t, tc.DeleteTopic(f.ctx, &pubsubpb.DeleteTopicRequest{Topic: f.topic}))
+	sub, err := f.client.SubscriptionAdminClient.GetSubscription(f.ctx, &pubsubpb.GetSubscriptionRequest{Subscription: f.sub})
+	require.NoError(t, err)
+	assert.Equal(t, "_deleted-topic_", sub.Topic, "subscriptions outlive their topic")
+	assert.Nil(t, f.srv.Messages(f.topic))
+
+	for _, e := range []struct {
+		name string
+		err  error
+		code codes.Code
+	}{
+		{"create twice", createTopicErr(f, &pubsubpb.Topic{Name: topicName("a-topic")}), codes.AlreadyExists},
+		{"bad name", createTopicErr(f, &pubsubpb.Topic{Name: "projects/p/topics/x"}), codes.InvalidArgument},
+		{"goog name", createTopicErr(f, &pubsubpb.Topic{Name: topicName("goog-topic")}), codes.InvalidArgument},
+		{"retention too short", createTopicErr(f, &pubsubpb.Topic{Name: topicName("short"), MessageRetentionDuration: durationpb.New(time.Minute)}), codes.InvalidArgument},
+		{"get deleted", getTopicErr(f, f.topic), codes.NotFound},
+		{"delete deleted", tc.DeleteTopic(f.ctx, &pubsubpb.DeleteTopicRequest{Topic: f.topic}), codes.NotFound},
+	} {
+		t.Run(e.name, func(t *testing.T) { assert.Equal(t, e.code, status.Code(e.err), "%v", e.err) })
+	}
+}
+
+func createTopicErr(f *fixture, p *pubsubpb.Topic) error {
+	_, err := f.client.TopicAdminClient.CreateTopic(f.ctx, p)
+	return err
+}
+
+func getTopicErr(f *fixture, name string) error {
+	_, err := f.client.TopicAdminClient.GetTopic(f.ctx, &pubsubpb.GetTopicRequest{Topic: name})
+	return err
+}
+
+func TestSubscriptionAdmin(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	sc := f.client.SubscriptionAdminClient
+
+	got, err := sc.GetSubscription(f.ctx, &pubsubpb.GetSubscriptionRequest{Subscription: f.sub})
+	require.NoError(t, err)
+	assert.True(t, got.EnableMessageOrdering)
+	assert.Equal(t, int32(10), got.AckDeadlineSeconds, "the service's default")
+	assert.Equal(t, 7*24*time.Hour, got.MessageRetentionDuration.AsDuration(), "the service's default")
+
+	updated, err := sc.UpdateSubscription(f.ctx, &pubsubpb.UpdateSubscriptionRequest{
+		Subscription: &pubsubpb.Subscription{Name: f.sub, AckDeadlineSeconds: 30, RetainAckedMessages: true},
+		UpdateMask:   &fieldmaskpb.FieldMask{Paths: []string{"ack_deadline_seconds", "retain_acked_messages"}},
+	})
+	require.NoError(t, err)
+	assert.Equal(t, int32(30), updated.AckDeadlineSeconds)
+	assert.True(t, updated.RetainAckedMessages)
+	assert.True(t, updated.EnableMessageOrdering)
+
+	f.createSubscription(&pubsubpb.Subscription{Name: subName("another"), Topic: f.topic})
+	var names []string
+	it := sc.ListSubscriptions(f.ctx, &pubsubpb.ListSubscriptionsRequest{Project: "projects/keyorder-test", PageSize: 1})
+	for {
+		s, err := it.Next()
+		if err == iterator.Done {
+			break
+		}
+		require.NoError(t, err)
+		names = append(names, s.Name)
+	}
+	assert.Equal(t, []string{subName("another"), f.sub}, names)
+
+	require.NoError(t, sc.DeleteSubscription(f.ctx, &pubsubpb.DeleteSubscriptionRequest{Subscription: subName("another")}))
+
+	update := func(p *pubsubpb.Subscription, paths ...string) error {
+		_, err := sc.UpdateSubscription(f.ctx, &pubsubpb.UpdateSubscriptionRequest{
+			Subscription: p, UpdateMask: &fieldmaskpb.FieldMask{Paths: paths},
+		})
+		return err
+	}
+	create := func(p *pubsubpb.Subscription) error {
+		_, err := sc.CreateSubscription(f.ctx, p)
+		return err
+	}
+	for _, e := range []struct {
+		name string
+		err  error
+		code codes.Code
+	}{
+		{"ordering is fixed at creation", update(&pubsubpb.Subscription{Name: f.sub}, "enable_message_ordering"), codes.InvalidArgument},
+		{"empty mask", update(&pubsubpb.Subscription{Name: f.sub}), codes.InvalidArgument},
+		{"ack deadline too long", update(&pubsubpb.Subscription{Name: f.sub, AckDeadlineSeconds: 601}, "ack_deadline_seconds"), codes.InvalidArgument},
+		{"create twice", create(&pubsubpb.Subscription{Name: f.sub, Topic: f.topic}), codes.AlreadyExists},
+		{"missing topic", create(&pubsubpb.Subscription{Name: subName("sub-x1"), Topic: topicName("nope")}), codes.NotFound},
+		{"missing dead-letter topic", create(&pubsubpb.Subscription{Name: subName("sub-x2"), Topic: f.topic,
+			DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{DeadLetterTopic: topicName("nope")}}), codes.NotFound},
+		{"too few delivery attempts", create(&pubsubpb.Subscription{Name: subName("sub-x3"), Topic: f.topic,
+			DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{DeadLetterTopic: f.topic, MaxDeliveryAttempts: 4}}), codes.InvalidArgument},
+		{"ack deadline too short", create(&pubsubpb.Subscription{Name: subName("sub-x4"), Topic: f.topic, AckDeadlineSeconds: 5}), codes.InvalidArgument},
+		{"filters are not modelled", create(&pubsubpb.Subscription{Name: subName("sub-x5"), Topic: f.topic, Filter: "attributes:x"}), codes.Unimplemented},
+		{"get deleted", getSubErr(f, subName("another")), codes.NotFound},
+		{"snapshots are not modelled", seekSnapshotErr(f), codes.Unimplemented},
+	} {
+		t.Run(e.name, func(t *testing.T) { assert.Equal(t, e.code, status.Code(e.err), "%v", e.err) })
+	}
+}
+
+func getSubErr(f *fixture, name string) error {
+	_, err := f.client.SubscriptionAdminClient.GetSubscription(f.ctx, &pubsubpb.GetSubscriptionRequest{Subscription: name})
+	return err
+}
+
+func seekSnapshotErr(f *fixture) error {
+	_, err := f.client.SubscriptionAdminClient.Seek(f.ctx, &pubsubpb.SeekRequest{
+		Subscription: f.sub, Target: &pubsubpb.SeekRequest_Snapshot{Snapshot: "projects/keyorder-test/snapshots/s"},
+	})
+	return err
+}

@@ -1,0 +1,84 @@
+package orderingtest_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/stretchr/testify/assert"
+)
+
+// TestDeadLetter: a message nacked on every attempt is delivered
+// max_delivery_attempts times, with delivery_attempt counting up, then
+// forwarded to the dead-letter topic, payload and key intact, while its
+// key goes on without it.
+func TestDeadLetter(t *testing.T) {
+	t.Parallel()
+	dlq, dlqSub := topicName("dead"), subName("dead")
+	f := newFixture(t, nil)
+	f.createTopic(&pubsubpb.Topic{Name: dlq})
+	f.createSubscription(&pubsubpb.Subscription{Name: dlqSub, Topic: dlq})
+	src := subName("src")
+	f.createSubscription(&pubsubpb.Subscription{
+		Name: src, Topic: f.topic, EnableMessageOrdering: true,
+		DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{DeadLetterTopic: dlq, MaxDeliveryAttempts: 5},
+	})
+
+	var mu sync.Mutex
+	var attempts []int
+	var later int
+	f.receive(src, nil, func(_ context.Context, m *pubsub.Message) {
+		_, seq := parse(t, m.Data)
+		if seq == 2 {
+			mu.Lock()
+			later++
+			mu.Unlock()
+			m.Ack()
+			return
+		}
+		if !assert.NotNil(t, m.DeliveryAttempt) {
+			m.Nack()
+			return
+		}
+		mu.Lock()
+		attempts = append(attempts, *m.DeliveryAttempt)
+		mu.Unlock()
+		m.Nack()
+	})
+	dead := make(chan *pubsub.Message, 1)
+	f.receive(dlqSub, nil, func(_ context.Context, m *pubsub.Message) {
+		m.Ack()
+		dead <- m
+	})
+	f.publish(f.topic, []string{"k"}, 0, 2)
+
+	m := recv(t, dead, "the dead-lettered message")
+	assert.Equal(t, "k/1", string(m.Data))
+	assert.Equal(t, "k", m.OrderingKey)
+	f.waitFor("the source settled", func() bool {
+		st := f.srv.Stats(src)
+		return st.DeadLettered == 1 && st.Outstanding == 0 && st.Acked >= 1
+	})
+	mu.Lock()
+	assert.Equal(t, []int{1, 2, 3, 4, 5}, attempts)
+	assert.GreaterOrEqual(t, later, 1, "the key went on past the dead-lettered message")
+	mu.Unlock()
+	assert.Len(t, f.srv.Messages(dlq), 1)
+	assert.Equal(t, 5, f.srv.Stats(src).Nacked)
+}
+
+// TestDeliveryAttemptNeedsPolicy: the service sets delivery_attempt only
+// when the subscription has a dead-letter policy.
+func TestDeliveryAttemptNeedsPolicy(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	got := make(chan *pubsub.Message, 1)
+	f.receive(f.sub, nil, func(_ context.Context, m *pubsub.Message) {
+		m.Ack()
+		got <- m
+	})
+	f.publish(f.topic, []string{"k"}, 0, 1)
+	assert.Nil(t, recv(t, got, "a message").DeliveryAttempt)
+}

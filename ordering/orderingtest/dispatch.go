@@ -1,0 +1,214 @@
+package orderingtest
+
+import (
+	"strconv"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+)
+
+// responseMaxBytes keeps a response well under the 20 MiB the official
+// client accepts.
+const responseMaxBytes = 10 << 20
+
+// A batch is one response being filled for a stream, within the stream's
+// flow control (the service stops sending once max_outstanding_messages or
+// max_outstanding_bytes are outstanding on a stream) and a response limit.
+type batch struct {
+	st    *stream
+	limit int // messages
+	now   time.Time
+	msgs  []*pubsubpb.ReceivedMessage
+	bytes int
+}
+
+// fits reports whether m may join the batch. A stream with nothing
+// outstanding always gets one message, however large, so it cannot stall.
+func (b *batch) fits(m *message) bool {
+	st := b.st
+	switch {
+	case len(b.msgs) >= b.limit:
+		return false
+	case st.maxMsgs > 0 && st.outstanding >= st.maxMsgs:
+		return false
+	case st.maxBytes > 0 && st.outstanding > 0 && st.bytes+m.size > st.maxBytes:
+		return false
+	case len(b.msgs) > 0 && b.bytes+m.size > responseMaxBytes:
+		return false
+	}
+	return true
+}
+
+// fill takes up to limit messages for st: keys already bound to st, keys
+// waiting for any stream, and unordered messages, in turn, so that no kind
+// of work starves another.
+func (sub *subscription) fill(st *stream, limit int) []*pubsubpb.ReceivedMessage {
+	if sub.deleted || st.closed {
+		return nil
+	}
+	b := &batch{st: st, limit: limit, now: time.Now()}
+	for turn := 0; len(b.msgs) < b.limit; turn++ {
+		ok, progressed := true, false
+		for i := 0; i < 3 && !progressed; i++ {
+			switch (turn + i) % 3 {
+			case 0:
+				if k, found := st.ready.pop(); found {
+					k.queued = false
+					ok, progressed = sub.deliverKey(b, k), true
+				}
+			case 1:
+				if k, found := sub.waiting.pop(); found {
+					k.queued = false
+					k.stream = st
+					ok, progressed = sub.deliverKey(b, k), true
+				}
+			case 2:
+				if e, found := sub.loose.peek(); found {
+					switch {
+					case sub.deadLetterDue(e):
+						sub.loose.pop()
+						sub.forward(e)
+						e.acked = true
+						sub.retain(e)
+					case b.fits(e.msg):
+						sub.loose.pop()
+						sub.deliver(b, e)
+					default:
+						ok = false
+					}
+					progressed = true
+				}
+			}
+		}
+		if !ok || !progressed {
+			break
+		}
+	}
+	return b.msgs
+}
+
+// deliverKey delivers k's waiting messages, in order, as far as the batch
+// allows: several messages of a key may be outstanding at once on a stream,
+// as on the service. It reports whether the batch has room left.
+func (sub *subscription) deliverKey(b *batch, k *keyState) bool {
+	defer sub.forget(k)
+	for k.pending() {
+		e := k.queue[k.next]
+		if sub.deadLetterDue(e) {
+			sub.forward(e)
+			e.acked = true
+			k.next++
+			continue
+		}
+		if !b.fits(e.msg) {
+			sub.putBack(b.st, k)
+			return false
+		}
+		sub.deliver(b, e)
+		k.next++
+	}
+	for _, done := range k.trim() {
+		sub.retain(done)
+	}
+	return true
+}
+
+// putBack queues a key the batch had no room for. With messages
+// outstanding, the key stays with its stream (on Pull, it waits for its
+// batch to settle); with none, any stream may take it.
+func (sub *subscription) putBack(st *stream, k *keyState) {
+	switch {
+	case k.outstanding == 0:
+		k.stream = nil
+		k.queued = true
+		sub.waiting.push(k)
+	case !st.pull:
+		k.queued = true
+		st.ready.push(k)
+	}
+}
+
+// deliver hands e to the batch's stream under a new lease.
+func (sub *subscription) deliver(b *batch, e *entry) {
+	s, st := sub.srv, b.st
+	l := &lease{
+		ackID:    sub.newAckID(),
+		entry:    e,
+		sub:      sub,
+		stream:   st,
+		deadline: b.now.Add(s.leaseFor(st.leaseLength())),
+	}
+	s.addLeaseLocked(l)
+	sub.leases[l.ackID] = l
+	e.lease = l
+	st.outstanding++
+	st.bytes += e.msg.size
+	b.bytes += e.msg.size
+	keyOutstanding := 0
+	if k := e.key; k != nil {
+		keyOutstanding = k.outstanding
+		k.outstanding++
+	}
+	b.msgs = append(b.msgs, sub.received(l.ackID, e))
+	sub.record(b.now, l.ackID, e, st, keyOutstanding, false)
+	if s.takeFaultLocked(duplicate, e.msg.proto) != nil {
+		// A duplicate, as at-least-once delivery allows. It follows the
+		// original at once, so key order still holds; its ack ID leads
+		// nowhere, like a stale one, and acks with it are ignored.
+		dup := sub.newAckID()
+		b.msgs = append(b.msgs, sub.received(dup, e))
+		sub.record(b.now, dup, e, st, keyOutstanding+1, true)
+	}
+}
+
+func (sub *subscription) newAckID() string {
+	sub.srv.nextAck++
+	return sub.prefix + strconv.FormatInt(sub.srv.nextAck, 10)
+}
+
+func (sub *subscription) received(ackID string, e *entry) *pubsubpb.ReceivedMessage {
+	rm := &pubsubpb.ReceivedMessage{AckId: ackID, Message: e.msg.proto}
+	if sub.deadLetterPolicy() != nil {
+		// The service sets delivery_attempt only on subscriptions with a
+		// dead-letter policy.
+		rm.DeliveryAttempt = int32(e.failures + 1)
+	}
+	return rm
+}
+
+func (sub *subscription) record(at time.Time, ackID string, e *entry, st *stream, keyOutstanding int, dup bool) {
+	sub.stats.Delivered++
+	if dup {
+		sub.stats.Duplicated++
+	}
+	sub.srv.log = append(sub.srv.log, Delivery{
+		Subscription: sub.proto.GetName(),
+		MessageID:    e.msg.proto.GetMessageId(),
+		OrderingKey:  e.msg.proto.GetOrderingKey(),
+		Seq:          e.msg.seq,
+		Attempt:      e.failures + 1,
+		Stream:       st.id,
+		AckID:        ackID,
+		Outstanding:  keyOutstanding,
+		Duplicate:    dup,
+		At:           at,
+	})
+}
+
+// deadLetterDue reports whether e has used up its delivery attempts.
+func (sub *subscription) deadLetterDue(e *entry) bool {
+	dlp := sub.deadLetterPolicy()
+	return dlp != nil && e.failures >= int(dlp.GetMaxDeliveryAttempts())
+}
+
+// forward publishes e to the dead-letter topic and settles it here. The
+// service does this on a best-effort basis and warns that order may not be
+// preserved: the key's later messages go on without e, and e reaches the
+// dead-letter topic on its own. If the dead-letter topic no longer exists
+// the message is dropped.
+func (sub *subscription) forward(e *entry) {
+	sub.stats.DeadLettered++
+	if t := sub.srv.topics[sub.deadLetterPolicy().GetDeadLetterTopic()]; t != nil {
+		sub.srv.publishLocked(t, []*pubsubpb.PubsubMessage{e.msg.proto})
+	}
+}

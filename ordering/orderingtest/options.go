@@ -1,0 +1,68 @@
+package orderingtest
+
+import (
+	"fmt"
+	"time"
+)
+
+// maxAckDeadline is the longest ack deadline the service grants: 600 s.
+const maxAckDeadline = 600 * time.Second
+
+// config holds the settings New validates once.
+type config struct {
+	addr         string        // where to listen
+	ackDeadline  time.Duration // 0: honour the deadlines clients ask for
+	responseSize int           // messages per StreamingPull response, at most
+}
+
+// DefaultAddress is where a Server listens unless WithAddress says
+// otherwise: a free port on the IPv4 loopback.
+const DefaultAddress = "127.0.0.1:0"
+
+func defaultConfig() config {
+	return config{addr: DefaultAddress, responseSize: 1000}
+}
+
+func (c config) validate() error {
+	if c.ackDeadline < 0 || c.ackDeadline > maxAckDeadline {
+		return fmt.Errorf("orderingtest: ack deadline %v outside [0, %v]", c.ackDeadline, maxAckDeadline)
+	}
+	if c.responseSize < 1 || c.responseSize > 1000 {
+		return fmt.Errorf("orderingtest: response size %d outside [1, 1000]", c.responseSize)
+	}
+	return nil
+}
+
+// An Option configures a Server. Options are validated once, by New.
+type Option func(*config)
+
+// WithAddress makes the server listen on addr, a "host:port" as net.Listen
+// takes it, instead of [DefaultAddress]. A standalone emulator uses it to
+// serve on a known port (gcloud's emulator uses 8085); port 0 picks a free
+// one, and Server.Addr tells which. New fails if it cannot listen there.
+func WithAddress(addr string) Option {
+	return func(c *config) { c.addr = addr }
+}
+
+// WithAckDeadline makes every lease the server grants last d: the first
+// lease of a delivery and each extension by a non-zero ModifyAckDeadline,
+// whatever the subscription, the stream or the request asks for. It shrinks
+// time for tests of deadline expiry: the service never grants less than
+// 10 s, and the official client extends leases every few seconds, so with
+// d of a few hundred milliseconds a message that is neither acked nor
+// nacked comes back within well under a second.
+//
+// The default, 0, honours the requested deadlines as the service does: the
+// stream's StreamAckDeadlineSeconds (clamped to [10 s, 600 s]) for
+// StreamingPull, the subscription's ack deadline for Pull, and each
+// ModifyAckDeadline's seconds. d must be in [0, 600 s].
+func WithAckDeadline(d time.Duration) Option {
+	return func(c *config) { c.ackDeadline = d }
+}
+
+// WithResponseSize caps the number of messages the server puts in one
+// StreamingPull response. Smaller responses interleave streams and keys more
+// finely. The default is 1000; n must be in [1, 1000].
+func WithResponseSize(n int) Option {
+	return func(c *config) { c.responseSize = n }
+}

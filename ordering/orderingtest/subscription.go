@@ -1,0 +1,287 @@
+package orderingtest
+
+import (
+	"strconv"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// A subscription is the server side of one subscription: its backlog, its
+// leases and its streams. Every field and every method is guarded by
+// Server.mu; methods expect the caller to hold it.
+type subscription struct {
+	srv     *Server
+	proto   *pubsubpb.Subscription
+	topic   *topic // nil once the topic is deleted
+	prefix  string // of this subscription's ack IDs
+	ordered bool
+	deleted bool
+
+	keys    map[string]*keyState // ordered subscriptions: keys holding messages
+	loose   fifo[*entry]         // messages waiting for delivery without order
+	waiting fifo[*keyState]      // keys with work and no stream yet
+	streams map[*stream]struct{} // open StreamingPull streams
+	pull    *stream              // stands for every Pull call
+	leases  map[string]*lease    // by ack ID
+	acked   []*message           // acknowledged and retained for Seek (retain_acked_messages)
+	avail   chan struct{}        // closed when work may be available; Pull waits on it
+	stats   Stats
+}
+
+func newSubscription(s *Server, p *pubsubpb.Subscription, t *topic, id int64) *subscription {
+	sub := &subscription{
+		srv:     s,
+		proto:   p,
+		topic:   t,
+		prefix:  strconv.FormatInt(id, 10) + "-",
+		ordered: p.GetEnableMessageOrdering(),
+		keys:    map[string]*keyState{},
+		streams: map[*stream]struct{}{},
+		leases:  map[string]*lease{},
+	}
+	sub.pull = &stream{sub: sub, pull: true}
+	return sub
+}
+
+// deadLetterPolicy returns where messages go after too many delivery
+// attempts, and after how many; nil if nowhere.
+func (sub *subscription) deadLetterPolicy() *pubsubpb.DeadLetterPolicy {
+	return sub.proto.GetDeadLetterPolicy()
+}
+
+// enqueue adds a newly published (or sought-back) message to the backlog.
+func (sub *subscription) enqueue(m *message) {
+	e := &entry{msg: m}
+	key := m.proto.GetOrderingKey()
+	if !sub.ordered || key == "" {
+		// Messages without a key, and every message of an unordered
+		// subscription, carry no ordering promise.
+		sub.loose.push(e)
+		sub.wakeAll()
+		return
+	}
+	k := sub.keys[key]
+	if k == nil {
+		k = &keyState{name: key}
+		sub.keys[key] = k
+	}
+	k.add(e)
+	sub.route(k)
+}
+
+// route puts a key with messages to deliver where a stream will find it.
+func (sub *subscription) route(k *keyState) {
+	if !k.pending() || k.queued {
+		return
+	}
+	if k.outstanding == 0 {
+		// Nothing outstanding: the service may move the key to any client.
+		k.stream = nil
+	}
+	switch st := k.stream; {
+	case st == nil:
+		k.queued = true
+		sub.waiting.push(k)
+		sub.wakeAll()
+	case st.closed || st.pull:
+		// The key waits until its outstanding messages settle. A closed
+		// stream's client may still ack them, and Pull allows only one
+		// batch per key at a time ("Only one batch of messages can be
+		// outstanding for an ordering key at a time").
+	default:
+		k.queued = true
+		st.ready.push(k)
+		st.wake()
+	}
+}
+
+// wakeAll tells every stream and Pull call that work may be available.
+func (sub *subscription) wakeAll() {
+	for st := range sub.streams {
+		st.wake()
+	}
+	if sub.avail != nil {
+		close(sub.avail)
+		sub.avail = nil
+	}
+}
+
+// availChan returns a channel closed when work may become available.
+func (sub *subscription) availChan() <-chan struct{} {
+	if sub.avail == nil {
+		sub.avail = make(chan struct{})
+	}
+	return sub.avail
+}
+
+// settle ends a lease without deciding the message's fate.
+func (sub *subscription) settle(l *lease) {
+	sub.srv.removeLeaseLocked(l)
+	delete(sub.leases, l.ackID)
+	l.entry.lease = nil
+	st := l.stream
+	st.outstanding--
+	st.bytes -= l.entry.msg.size
+	st.wake() // flow control may have room again
+	if k := l.entry.key; k != nil {
+		k.outstanding--
+	}
+}
+
+// ack applies an acknowledgment. Stale ack IDs, from deliveries that were
+// since redelivered, expired or acked, are ignored, as the service may.
+func (sub *subscription) ack(ackID string) {
+	l := sub.leases[ackID]
+	if l == nil {
+		return
+	}
+	if sub.srv.takeFaultLocked(dropAck, l.entry.msg.proto) != nil {
+		// Accepted, but it did not persist: the lease runs on and the
+		// message comes back when it expires ("the best-effort
+		// acknowledgment did not persist").
+		return
+	}
+	sub.settle(l)
+	sub.stats.Acked++
+	e := l.entry
+	e.acked = true
+	k := e.key
+	if k == nil {
+		sub.retain(e)
+		return
+	}
+	for _, done := range k.trim() {
+		sub.retain(done)
+	}
+	if k.outstanding == 0 {
+		sub.route(k)
+	}
+	sub.forget(k)
+}
+
+// retain keeps an acknowledged message for Seek if the subscription asks.
+func (sub *subscription) retain(e *entry) {
+	if sub.proto.GetRetainAckedMessages() {
+		sub.acked = append(sub.acked, e.msg)
+	}
+}
+
+// forget drops an idle key's state.
+func (sub *subscription) forget(k *keyState) {
+	if k.idle() && sub.keys[k.name] == k {
+		delete(sub.keys, k.name)
+	}
+}
+
+// modifyAckDeadline extends a lease, or nacks it when d is 0.
+func (sub *subscription) modifyAckDeadline(ackID string, d time.Duration) {
+	l := sub.leases[ackID]
+	if l == nil {
+		return
+	}
+	if d == 0 {
+		sub.stats.Nacked++
+		sub.fail(l)
+		return
+	}
+	sub.srv.extendLeaseLocked(l, sub.srv.leaseFor(d))
+}
+
+// expire handles a lease whose deadline passed.
+func (sub *subscription) expire(l *lease) {
+	sub.stats.Expired++
+	sub.fail(l)
+}
+
+// fail returns a nacked or expired message to the backlog.
+func (sub *subscription) fail(l *lease) {
+	sub.settle(l)
+	e := l.entry
+	e.failures++ // delivery attempts = 1 + nacks + expired deadlines
+	if e.key == nil {
+		sub.loose.push(e)
+		sub.wakeAll()
+		return
+	}
+	sub.rewind(e.key, e.key.index(e))
+	sub.route(e.key)
+}
+
+// rewind makes queue[i:] of k deliverable again, in order: the service
+// redelivers every later message of the key along with a redelivered one,
+// acknowledged or not. Their outstanding leases are revoked, so acks with
+// the old ack IDs are ignored and the new deliveries need acks of their own.
+func (sub *subscription) rewind(k *keyState, i int) {
+	for _, e := range k.queue[i:k.next] {
+		if e.lease != nil {
+			sub.settle(e.lease)
+		}
+		e.acked = false
+	}
+	k.next = i
+}
+
+// openStream registers a StreamingPull stream.
+func (sub *subscription) openStream(req *pubsubpb.StreamingPullRequest) *stream {
+	sub.srv.nextStream++
+	st := &stream{
+		id:          int(sub.srv.nextStream),
+		sub:         sub,
+		wakeC:       make(chan struct{}, 1),
+		kill:        make(chan struct{}),
+		ackDeadline: streamAckDeadline(req.GetStreamAckDeadlineSeconds()),
+		maxMsgs:     int(req.GetMaxOutstandingMessages()),
+		maxBytes:    int(req.GetMaxOutstandingBytes()),
+	}
+	sub.streams[st] = struct{}{}
+	sub.stats.StreamsOpened++
+	st.wake()
+	return st
+}
+
+// closeStream unregisters a stream. Its keys move on to other streams once
+// their outstanding messages settle.
+func (sub *subscription) closeStream(st *stream) {
+	if st.closed {
+		return
+	}
+	st.closed = true
+	delete(sub.streams, st)
+	ready := st.ready.all()
+	st.ready.clear()
+	for _, k := range ready {
+		k.queued = false
+		sub.route(k)
+	}
+	sub.wakeAll()
+}
+
+// remove tears the subscription down when it is deleted.
+func (sub *subscription) remove() {
+	sub.deleted = true
+	for st := range sub.streams {
+		st.end(status.Errorf(codes.NotFound, "orderingtest: subscription %s deleted", sub.proto.GetName()))
+	}
+	sub.reset()
+	sub.wakeAll()
+	if sub.topic != nil {
+		delete(sub.topic.subs, sub)
+	}
+}
+
+// reset drops the backlog and every lease, for Seek and deletion.
+func (sub *subscription) reset() {
+	for _, l := range sub.leases {
+		sub.settle(l)
+	}
+	sub.keys = map[string]*keyState{}
+	sub.loose.clear()
+	sub.waiting.clear()
+	for st := range sub.streams {
+		st.ready.clear()
+	}
+	sub.acked = nil
+}
