@@ -3,6 +3,7 @@ package subscriber
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ErrNotFound is returned by [Open] when the subscription does not exist.
@@ -34,3 +35,61 @@ func (e *PanicError) Unwrap() error {
 	err, _ := e.Value.(error)
 	return err
 }
+
+// ErrInvalidConfig is returned, wrapped with the offending value, by
+// [CreateWithTopic] and [Open] when an [Option] or an argument is out of
+// its documented range.
+var ErrInvalidConfig = errors.New("keyorder/subscriber: invalid configuration")
+
+// ErrHandlerExited is the error a handler call ends with when it calls
+// runtime.Goexit, as t.FailNow does in a test: the call did not return, so
+// the message is not processed. It is retried and reported like any
+// handler error (S5, S11).
+var ErrHandlerExited = errors.New("keyorder/subscriber: handler called runtime.Goexit")
+
+// Permanent wraps err to tell Receive that retrying the message cannot
+// help: the failure policy applies at once, without the retries that
+// [WithMaxAttempts] allows (S5). Permanent(nil) is nil.
+//
+//	if errors.Is(err, errMalformed) {
+//		return subscriber.Permanent(err)
+//	}
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Err: err}
+}
+
+// PermanentError is the error [Permanent] returns.
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
+
+// Unwrap returns the wrapped error.
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// RetryAfter wraps err to tell Receive to call the handler for the message
+// again after d, for example when a downstream service answered 429 with a
+// Retry-After header. The message's key waits for d without holding a
+// worker, and the call does not count against [WithMaxAttempts]: the
+// message is not at fault. d is at least 1 ms. RetryAfter(d, nil) is nil.
+func RetryAfter(d time.Duration, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &RetryAfterError{Delay: max(d, time.Millisecond), Err: err}
+}
+
+// RetryAfterError is the error [RetryAfter] returns.
+type RetryAfterError struct {
+	Delay time.Duration
+	Err   error
+}
+
+func (e *RetryAfterError) Error() string {
+	return fmt.Sprintf("retry after %v: %v", e.Delay, e.Err)
+}
+
+// Unwrap returns the wrapped error.
+func (e *RetryAfterError) Unwrap() error { return e.Err }

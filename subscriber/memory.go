@@ -1,112 +1,143 @@
 package subscriber
 
-import (
-	"sync"
-	"time"
-)
+import "sync"
 
-// holds are the keys waiting for a failed message to come back (S5).
+// window remembers a value for each of the last size message IDs put in
+// it, forgetting the oldest once full. The zero value, or size 0,
+// remembers nothing. It is safe for concurrent use.
 //
-// A key is held from the nack of its failed message until that message is
-// delivered again or the hold expires. Only keys that are held take room,
-// and an expired hold is removed when its key is next seen or by the sweep
-// that runs as the map doubles, so idle keys leave nothing behind.
-type holds struct {
-	mu      sync.Mutex
-	m       map[string]hold // guarded by mu
-	sweepAt int             // len(m) at which hold sweeps expired entries; guarded by mu
-}
-
-type hold struct {
-	id    string    // the failed message, whose redelivery releases the key
-	until time.Time // when the hold lapses anyway
-}
-
-// add holds key until message id comes back, or until until.
-func (h *holds) add(key, id string, until time.Time, now time.Time) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.m == nil {
-		h.m = make(map[string]hold)
-	}
-	h.m[key] = hold{id: id, until: until}
-	if len(h.m) >= h.sweepAt {
-		for k, v := range h.m {
-			if now.After(v.until) {
-				delete(h.m, k)
-			}
-		}
-		h.sweepAt = max(64, 2*len(h.m))
-	}
-}
-
-// admit reports whether a delivery of message id of key may run. The
-// failed message itself releases its key; so does time.
-func (h *holds) admit(key, id string, now time.Time) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	v, ok := h.m[key]
-	if !ok {
-		return true
-	}
-	if v.id == id || now.After(v.until) {
-		delete(h.m, key)
-		return true
-	}
-	return false
-}
-
-// len returns the number of held keys.
-func (h *holds) len() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.m)
-}
-
-// processed remembers the IDs of the last n messages processed (S6), in a
-// ring with a set beside it. The zero value, or n = 0, remembers nothing.
-type processed struct {
-	size int // the window; 0 remembers nothing. Set once.
+// Receive keeps two: the IDs of processed messages (S6), and the attempts
+// of messages that failed and have not succeeded yet. Each entry costs
+// about 100 bytes, so memory is bounded by the size, whatever the number
+// of keys or messages.
+type window[V any] struct {
+	size int // set once
 	mu   sync.Mutex
-	ids  map[string]struct{} // guarded by mu
-	ring []string            // guarded by mu; the oldest ID is at next once full
-	next int                 // guarded by mu
+	m    map[string]V // guarded by mu
+	// ring holds the IDs in the order they were first put, the oldest at
+	// next once full. An ID deleted from m stays in ring until its slot is
+	// reused; evicting it then is a no-op, or forgets the same ID put
+	// again meanwhile a little early, which only bounds memory sooner.
+	ring []string // guarded by mu
+	next int      // guarded by mu
 }
 
-func newProcessed(n int) *processed {
-	if n == 0 {
-		return &processed{}
+func newWindow[V any](size int) *window[V] {
+	if size == 0 {
+		return &window[V]{}
 	}
-	return &processed{size: n, ids: make(map[string]struct{}, n), ring: make([]string, 0, n)}
+	return &window[V]{size: size, m: make(map[string]V, min(size, 1024)), ring: make([]string, 0, min(size, 1024))}
 }
 
-// add records id as processed, forgetting the oldest ID once full.
-func (p *processed) add(id string) {
-	if p.size == 0 {
-		return
+// update sets the value of id to f of its current value (the zero value if
+// id is not remembered), remembering id if it is new, and returns the new
+// value. It remembers nothing if the window is off.
+func (w *window[V]) update(id string, f func(V) V) V {
+	if w.size == 0 {
+		var zero V
+		return f(zero)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if _, ok := p.ids[id]; ok {
-		return
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	old, ok := w.m[id]
+	v := f(old)
+	if ok {
+		w.m[id] = v
+		return v
 	}
-	if len(p.ring) < p.size {
-		p.ring = append(p.ring, id)
+	if len(w.ring) < w.size {
+		w.ring = append(w.ring, id)
 	} else {
-		delete(p.ids, p.ring[p.next])
-		p.ring[p.next] = id
-		p.next = (p.next + 1) % len(p.ring)
+		delete(w.m, w.ring[w.next])
+		w.ring[w.next] = id
+		w.next = (w.next + 1) % len(w.ring)
 	}
-	p.ids[id] = struct{}{}
+	w.m[id] = v
+	return v
 }
 
-// contains reports whether id is remembered as processed.
-func (p *processed) contains(id string) bool {
-	if p.size == 0 {
-		return false
+// get returns the value of id and whether it is remembered.
+func (w *window[V]) get(id string) (V, bool) {
+	var zero V
+	if w.size == 0 {
+		return zero, false
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	_, ok := p.ids[id]
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	v, ok := w.m[id]
+	return v, ok
+}
+
+// delete forgets id.
+func (w *window[V]) delete(id string) {
+	if w.size == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.m, id)
+}
+
+// len returns the number of IDs remembered.
+func (w *window[V]) len() int {
+	if w.size == 0 {
+		return 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.m)
+}
+
+// processed remembers the IDs of the last n messages processed (S6).
+type processed struct{ w *window[struct{}] }
+
+func newProcessed(n int) processed { return processed{newWindow[struct{}](n)} }
+
+func (p processed) add(id string) {
+	p.w.update(id, func(struct{}) struct{} { return struct{}{} })
+}
+
+func (p processed) contains(id string) bool {
+	_, ok := p.w.get(id)
 	return ok
 }
+
+// attempts counts, per message, the handler calls and the failures that
+// count against [WithMaxAttempts], across every delivery of the message
+// this Receive has seen: without a dead-letter policy the service reports
+// no delivery attempt, so this is how a handler learns that it is on its
+// 500th try. Only messages that have failed are remembered, until they
+// succeed or, once attemptWindow messages are failing, until they are the
+// oldest; a healthy message costs one lookup.
+type attempts struct{ w *window[attempt] }
+
+// attemptWindow is how many failing messages attempts remembers.
+const attemptWindow = 10_000
+
+type attempt struct {
+	calls    int // handler calls so far
+	failures int // failed calls that count against the limit
+}
+
+func newAttempts() attempts { return attempts{newWindow[attempt](attemptWindow)} }
+
+// prior returns what is remembered of message id: zero if it never failed.
+func (a attempts) prior(id string) attempt {
+	v, _ := a.w.get(id)
+	return v
+}
+
+// fail records that call number calls of message id failed, counted or not
+// against the limit, and returns the failures so far that count.
+func (a attempts) fail(id string, calls int, counted bool) int {
+	return a.w.update(id, func(v attempt) attempt {
+		v.calls = max(v.calls, calls)
+		if counted {
+			v.failures++
+		}
+		return v
+	}).failures
+}
+
+// succeed forgets message id.
+func (a attempts) succeed(id string) { a.w.delete(id) }

@@ -3,45 +3,9 @@ package subscriber
 import (
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 )
-
-func TestHolds(t *testing.T) {
-	t.Parallel()
-	var h holds
-	now := time.Unix(1000, 0)
-	assert.True(t, h.admit("k", "m1", now), "a key that is not held runs")
-
-	h.add("k", "m2", now.Add(time.Minute), now)
-	assert.False(t, h.admit("k", "m3", now), "later messages wait for the failed one")
-	assert.False(t, h.admit("k", "m3", now.Add(time.Minute)), "until the wait is over")
-	assert.True(t, h.admit("other", "m9", now), "other keys go on")
-	assert.True(t, h.admit("k", "m2", now), "the failed message itself releases the key")
-	assert.True(t, h.admit("k", "m3", now))
-	assert.Zero(t, h.len(), "a released key leaves nothing behind")
-
-	h.add("k", "m2", now.Add(time.Minute), now)
-	assert.True(t, h.admit("k", "m3", now.Add(time.Minute+1)), "the hold lapses")
-	assert.Zero(t, h.len())
-}
-
-// TestHoldsSweepExpired checks that holds of keys never seen again do not
-// pile up: adding holds sweeps the expired ones as the map grows.
-func TestHoldsSweepExpired(t *testing.T) {
-	t.Parallel()
-	var h holds
-	now := time.Unix(1000, 0)
-	for i := 0; i < 100_000; i++ {
-		at := now.Add(time.Duration(i) * time.Millisecond)
-		h.add(fmt.Sprintf("key-%d", i), "m", at.Add(time.Second), at)
-	}
-	// Holds last a second and arrive one a millisecond: about a thousand
-	// are live at the end, and the sweep keeps the map within a small
-	// multiple of that.
-	assert.Less(t, h.len(), 4_000)
-}
 
 func TestProcessedWindow(t *testing.T) {
 	t.Parallel()
@@ -60,10 +24,37 @@ func TestProcessedWindow(t *testing.T) {
 	p.add("e")
 	p.add("f")
 	p.add("g")
-	assert.Len(t, p.ids, 3, "the window stays at its size")
+	assert.Equal(t, 3, p.w.len(), "the window stays at its size")
 	assert.False(t, p.contains("d"))
 
 	off := newProcessed(0)
 	off.add("a")
 	assert.False(t, off.contains("a"), "a zero window remembers nothing")
+}
+
+func TestAttemptsOutliveDeliveries(t *testing.T) {
+	t.Parallel()
+	a := newAttempts()
+	assert.Zero(t, a.prior("m"), "a message that never failed is not remembered")
+	assert.Equal(t, 1, a.fail("m", 1, true))
+	assert.Equal(t, 1, a.fail("m", 2, false), "a RetryAfter call does not count")
+	assert.Equal(t, 2, a.fail("m", 3, true))
+	// A later delivery of m starts from what was remembered.
+	assert.Equal(t, attempt{calls: 3, failures: 2}, a.prior("m"))
+	a.succeed("m")
+	assert.Zero(t, a.prior("m"), "success forgets the message")
+	assert.Zero(t, a.w.len())
+}
+
+// TestAttemptsAreBounded checks that failing messages that never come back
+// do not pile up: the window forgets the oldest.
+func TestAttemptsAreBounded(t *testing.T) {
+	t.Parallel()
+	a := newAttempts()
+	for i := 0; i < 3*attemptWindow; i++ {
+		a.fail(fmt.Sprintf("m-%d", i), 1, true)
+	}
+	assert.Equal(t, attemptWindow, a.w.len())
+	assert.Zero(t, a.prior("m-0"), "the oldest is forgotten")
+	assert.Equal(t, 1, a.prior(fmt.Sprintf("m-%d", 3*attemptWindow-1)).failures)
 }

@@ -1,7 +1,6 @@
 package subscriber
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -11,6 +10,8 @@ import (
 // Defaults of the options.
 const (
 	DefaultWorkers        = 8
+	DefaultPartitions     = 1 << 16
+	DefaultKeyBacklog     = 32
 	DefaultMaxAttempts    = 5
 	DefaultMinBackoff     = 100 * time.Millisecond
 	DefaultMaxBackoff     = 5 * time.Second
@@ -25,7 +26,8 @@ type Option func(*config) error
 
 type config struct {
 	workers        int
-	queueSize      int // 0: the workers package's default
+	partitions     int
+	keyBacklog     int
 	maxAttempts    int
 	minBackoff     time.Duration
 	maxBackoff     time.Duration
@@ -34,11 +36,14 @@ type config struct {
 	redeliveryWait time.Duration
 	receive        pubsub.ReceiveSettings
 	onError        func(d *Delivery, err error)
+	onKeyEvent     func(KeyEvent)
 }
 
 func newConfig(opts []Option) (config, error) {
 	c := config{
 		workers:        DefaultWorkers,
+		partitions:     DefaultPartitions,
+		keyBacklog:     DefaultKeyBacklog,
 		maxAttempts:    DefaultMaxAttempts,
 		minBackoff:     DefaultMinBackoff,
 		maxBackoff:     DefaultMaxBackoff,
@@ -55,53 +60,102 @@ func newConfig(opts []Option) (config, error) {
 	return c, nil
 }
 
-// WithWorkers sets the number of worker partitions that deliveries are
-// hashed to by key (S3), which is also the most handlers that run at once.
-// The default is [DefaultWorkers]; n must be at least 1.
+// invalid returns an error matching [ErrInvalidConfig].
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+}
+
+// WithWorkers sets how many handler calls run at once (S9). Keys take
+// turns on them: a key with a delivery ready waits for a free worker,
+// oldest first, and a key waiting for a retry holds none. A slow handler
+// therefore holds one worker, not its neighbours. The default is
+// [DefaultWorkers]; n must be at least 1.
 func WithWorkers(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
-			return fmt.Errorf("keyorder/subscriber: WithWorkers(%d): need at least 1", n)
+			return invalid("WithWorkers(%d): need at least 1", n)
 		}
 		c.workers = n
 		return nil
 	}
 }
 
-// WithQueueSize sets how many deliveries each partition queues before the
-// official client is made to wait. The default is that of the workers
-// package; n must be at least 1.
-func WithQueueSize(n int) Option {
+// WithPartitions sets how many partitions keys are hashed to, with
+// [ordering.Partition] (S3). The deliveries of one partition never run at
+// once, so a slow handler delays the keys that share its partition: with
+// the default, [DefaultPartitions], few do. Fewer partitions only make
+// sense to bound concurrency per group of keys. n is 1 to 65,536.
+func WithPartitions(n int) Option {
 	return func(c *config) error {
-		if n < 1 {
-			return fmt.Errorf("keyorder/subscriber: WithQueueSize(%d): need at least 1", n)
+		if n < 1 || n > DefaultPartitions {
+			return invalid("WithPartitions(%d): need 1 to %d", n, DefaultPartitions)
 		}
-		c.queueSize = n
+		c.partitions = n
 		return nil
 	}
 }
 
-// WithMaxAttempts sets how many times the handler is called for one
-// delivery before it is nacked (S5); 1 means no retry in place. The
-// default is [DefaultMaxAttempts]; n must be at least 1.
+// WithKeyBacklog sets how many deliveries of one key may wait for their
+// turn here whatever else the subscription holds (S10). Past that, a key's
+// deliveries are queued only while the subscription holds less than half
+// of its flow-control window (the official client's MaxOutstandingMessages
+// and MaxOutstandingBytes); otherwise they are nacked, and the service
+// sends them again later, in order, so that a slow, failing or held key
+// cannot fill the window and starve the other keys. On a subscription
+// without a retry policy the service sends a nacked message back at once,
+// about every 100 ms while the key has no room. The default is
+// [DefaultKeyBacklog]; n must be at least 1.
+func WithKeyBacklog(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return invalid("WithKeyBacklog(%d): need at least 1", n)
+		}
+		c.keyBacklog = n
+		return nil
+	}
+}
+
+// WithQueueSize is the former name of [WithKeyBacklog]. Deliveries now wait
+// per key rather than per partition, and never make the official client
+// wait.
+//
+// Deprecated: use [WithKeyBacklog].
+func WithQueueSize(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return invalid("WithQueueSize(%d): need at least 1", n)
+		}
+		c.keyBacklog = n
+		return nil
+	}
+}
+
+// WithMaxAttempts sets how many failed handler calls of a message, counted
+// across its deliveries, make it fail for good (S5). Until then, a failed
+// call is retried after a backoff while its key waits; then the failure
+// policy applies. [Permanent] errors apply it at once, and [RetryAfter]
+// errors do not count. 1 means no retry. The default is
+// [DefaultMaxAttempts]; n must be at least 1.
 func WithMaxAttempts(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
-			return fmt.Errorf("keyorder/subscriber: WithMaxAttempts(%d): need at least 1", n)
+			return invalid("WithMaxAttempts(%d): need at least 1", n)
 		}
 		c.maxAttempts = n
 		return nil
 	}
 }
 
-// WithBackoff sets the wait before each retry in place: min before the
-// second call, doubling up to max. A retry waits on its partition, so it
-// delays the other keys of that partition too. The defaults are
+// WithBackoff sets the wait before each retry of a failed message: min
+// after the first failure, doubling up to max. While a message waits, its
+// key's later messages wait behind it, but no worker is held: other keys
+// run meanwhile (S5). A message that failed for good waits this backoff
+// too before its call on each later delivery. The defaults are
 // [DefaultMinBackoff] and [DefaultMaxBackoff]; 0 < min <= max.
 func WithBackoff(min, max time.Duration) Option {
 	return func(c *config) error {
 		if min <= 0 || max < min {
-			return fmt.Errorf("keyorder/subscriber: WithBackoff(%v, %v): need 0 < min <= max", min, max)
+			return invalid("WithBackoff(%v, %v): need 0 < min <= max", min, max)
 		}
 		c.minBackoff, c.maxBackoff = min, max
 		return nil
@@ -115,7 +169,7 @@ func WithBackoff(min, max time.Duration) Option {
 func WithDrainTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
-			return fmt.Errorf("keyorder/subscriber: WithDrainTimeout(%v): negative", d)
+			return invalid("WithDrainTimeout(%v): negative", d)
 		}
 		c.drainTimeout = d
 		return nil
@@ -133,7 +187,7 @@ func WithDrainTimeout(d time.Duration) Option {
 func WithDedupWindow(n int) Option {
 	return func(c *config) error {
 		if n < 0 {
-			return fmt.Errorf("keyorder/subscriber: WithDedupWindow(%d): negative", n)
+			return invalid("WithDedupWindow(%d): negative", n)
 		}
 		c.dedupWindow = n
 		return nil
@@ -151,7 +205,7 @@ func WithDedupWindow(n int) Option {
 func WithRedeliveryWait(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return fmt.Errorf("keyorder/subscriber: WithRedeliveryWait(%v): need a positive wait", d)
+			return invalid("WithRedeliveryWait(%v): need a positive wait", d)
 		}
 		c.redeliveryWait = d
 		return nil
@@ -165,7 +219,7 @@ func WithRedeliveryWait(d time.Duration) Option {
 func WithReceiveSettings(s pubsub.ReceiveSettings) Option {
 	return func(c *config) error {
 		if s.ShutdownOptions != nil {
-			return errors.New("keyorder/subscriber: WithReceiveSettings: ShutdownOptions must be nil; use WithDrainTimeout")
+			return invalid("WithReceiveSettings: ShutdownOptions must be nil; use WithDrainTimeout")
 		}
 		c.receive = s
 		return nil
@@ -174,11 +228,24 @@ func WithReceiveSettings(s pubsub.ReceiveSettings) Option {
 
 // WithErrorHandler sets a function called with every failed handler call,
 // panics included, before it is retried or nacked; d.Attempt tells which
-// call it was. It runs on the partition's goroutine and must not block.
-// The default does nothing.
+// call it was. It runs on the worker that ran the call, and should not
+// block. A panic in it is recovered and logged, and the message is
+// settled all the same (S11). The default does nothing.
 func WithErrorHandler(f func(d *Delivery, err error)) Option {
 	return func(c *config) error {
 		c.onError = f
+		return nil
+	}
+}
+
+// WithKeyEvents sets a function told when a key is held and when its hold
+// ends (S5), for alerting or logs. It is called once per event, after the
+// deliveries involved are settled, on the goroutine that settled them, and
+// should not block. A panic in it is recovered and logged. The default
+// does nothing; [Subscription.HeldKeys] lists the keys held at any time.
+func WithKeyEvents(f func(KeyEvent)) Option {
+	return func(c *config) error {
+		c.onKeyEvent = f
 		return nil
 	}
 }

@@ -132,7 +132,8 @@ func TestUnorderedSubscriptionDoesNotHold(t *testing.T) {
 	publish("key-0/2")
 
 	c := &calls{ch: make(chan struct{}, 1)}
-	succeeded := &calls{ch: make(chan struct{}, 1)}
+	// succeeded signals on c.ch too: the wait below checks it after each signal.
+	succeeded := &calls{ch: c.ch}
 	others := func() bool {
 		list := succeeded.snapshot()
 		return contains(list, "key-0/3") && contains(list, "key-0/4") && contains(list, "key-0/5")

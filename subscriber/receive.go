@@ -3,6 +3,7 @@ package subscriber
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"runtime/debug"
 	"time"
 
@@ -15,20 +16,26 @@ import (
 // then shuts down, and returns nil; it returns early with the official
 // client's error if receiving fails for good.
 //
-//   - Deliveries are hashed by key to [WithWorkers] partitions; a key's
-//     deliveries run one at a time, in the order they arrive (S3). Keys on
-//     different partitions run in parallel.
+//   - A key's deliveries run one at a time, in the order they arrive, on
+//     the key's partition; different keys run in parallel, up to
+//     [WithWorkers] handlers at once (S3).
 //   - A message is acked only after h has returned nil for it (S4).
-//   - When h fails or panics, the call is retried in place with backoff, up
-//     to [WithMaxAttempts] calls. Then the message is nacked, with every
-//     delivery of its key queued behind it, unrun, and the key is held: its
-//     deliveries are nacked until the failed message comes back, so that
-//     no later message of the key runs before it has succeeded (S5). Other
-//     keys go on. A message the service will dead-letter instead of
-//     redelivering does not hold its key.
+//   - When h fails or panics, the message is called again after a
+//     backoff, while its key waits without holding a worker; its key's
+//     later deliveries wait behind it. When it fails for good, it is
+//     nacked with every delivery of its key queued behind it, unrun, and
+//     the key is held until the service brings it back, so that no later
+//     message of the key runs before it has succeeded. Other keys go on
+//     (S5, S9).
+//   - A key queues at most [WithKeyBacklog] deliveries once the
+//     subscription holds half its flow-control window; past that, its
+//     deliveries are nacked, so that a slow or failing key cannot starve
+//     the others (S10).
 //   - A message processed earlier in this Receive that comes back, as part
 //     of a redelivered tail or after a lost ack, is acked without calling h
 //     (S6, [WithDedupWindow]).
+//   - Every delivery is acked or nacked exactly once, whatever h does
+//     (S11).
 //   - When ctx ends, Receive stops pulling, nacks the deliveries queued and
 //     not started, lets running handlers finish until [WithDrainTimeout],
 //     then cancels their context and waits for them. It returns after every
@@ -45,30 +52,19 @@ func (s *Subscription) Receive(ctx context.Context, h Handler) error {
 	}
 	defer s.receiving.Store(false)
 
-	popts := []workers.Option{}
-	if s.cfg.queueSize > 0 {
-		popts = append(popts, workers.WithQueueSize(s.cfg.queueSize))
-	}
-	pool, err := workers.New(s.cfg.workers, popts...)
+	r, err := newReceiver(ctx, s, h)
 	if err != nil {
 		return err
 	}
-	handlerCtx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelHandlers()
-	r := &receiver{
-		s:          s,
-		h:          h,
-		pool:       pool,
-		handlerCtx: handlerCtx,
-		stopping:   make(chan struct{}),
-		seen:       newProcessed(s.cfg.dedupWindow),
-	}
+	s.current.Store(r)
+	defer s.current.Store(nil)
+	defer r.cancelHandlers()
 
 	official := s.client.Subscriber(s.name)
 	official.ReceiveSettings = s.cfg.receive
 	// With ShutdownOptions nil, the official Receive returns only once
 	// every message it handed over is acked or nacked, and it extends
-	// their leases until then: the drain below relies on both.
+	// their leases until then: the shutdown below relies on both.
 	official.ReceiveSettings.ShutdownOptions = nil
 	pulled := make(chan error, 1)
 	go func() { pulled <- official.Receive(ctx, r.deliver) }()
@@ -79,16 +75,7 @@ func (s *Subscription) Receive(ctx context.Context, h Handler) error {
 	case pullErr = <-pulled:
 		pulled = nil
 	}
-	close(r.stopping)
-
-	// S7: drop what is queued (its Drop nacks it), let running handlers
-	// finish within the drain timeout, then cancel them and wait.
-	drain, cancelDrain := context.WithTimeout(context.Background(), s.cfg.drainTimeout)
-	if pool.Stop(drain) != nil {
-		cancelHandlers()
-		_ = pool.Stop(context.Background())
-	}
-	cancelDrain()
+	r.shutdown()
 	if pulled != nil {
 		pullErr = <-pulled
 	}
@@ -97,75 +84,210 @@ func (s *Subscription) Receive(ctx context.Context, h Handler) error {
 
 // receiver is the state of one Receive call.
 type receiver struct {
-	s          *Subscription
-	h          Handler
-	pool       *workers.Pool
-	handlerCtx context.Context // outlives Receive's ctx by the drain timeout
-	stopping   chan struct{}   // closed when Receive's ctx ends or pulling fails
-	holds      holds           // keys waiting for a failed message (S5)
-	seen       *processed      // recently processed message IDs (S6)
+	s    *Subscription
+	h    Handler
+	cfg  *config
+	pool *workers.Pool
+	// handlerCtx outlives Receive's ctx by the drain timeout (S7).
+	handlerCtx     context.Context
+	cancelHandlers context.CancelFunc
+	stopping       chan struct{} // closed when Receive's ctx ends or pulling fails
+	lanes          lanes         // the keys with work or a hold
+	seen           processed     // recently processed message IDs (S6)
+	tries          attempts      // calls and failures of failing messages
+	room           room          // S10
+	clock          clock         // retry and hold timers
 }
 
-// job is one delivery on its way through the pool. It implements
-// workers.Task: the pool runs or drops each job exactly once.
-type job struct {
-	r   *receiver
-	msg *pubsub.Message
-	d   Delivery
+func newReceiver(ctx context.Context, s *Subscription, h Handler) (*receiver, error) {
+	pool, err := workers.New(s.cfg.partitions,
+		workers.WithConcurrency(s.cfg.workers),
+		// A lane has at most one turn in the pool, so this only bounds
+		// the lanes of one partition; a submit must never wait for it.
+		workers.WithQueueSize(maxPoolQueue))
+	if err != nil {
+		return nil, err
+	}
+	handlerCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r := &receiver{
+		s:              s,
+		h:              h,
+		cfg:            &s.cfg,
+		pool:           pool,
+		handlerCtx:     handlerCtx,
+		cancelHandlers: cancel,
+		stopping:       make(chan struct{}),
+		seen:           newProcessed(s.cfg.dedupWindow),
+		tries:          newAttempts(),
+	}
+	r.room.init(&s.cfg, s.deadLetterAttempts)
+	return r, nil
 }
+
+// maxPoolQueue is the largest queue the worker pool allows.
+const maxPoolQueue = 1 << 20
 
 // deliver is the official client's callback. On an ordered subscription it
-// is called one message at a time per key, in order, so submitting in call
-// order keeps the key's order into its partition.
+// is called one message at a time per key, in order, so queueing in call
+// order keeps the key's order in its lane. It never waits: a callback that
+// blocked would hold the official client's flow control, and with it every
+// other key.
 func (r *receiver) deliver(ctx context.Context, m *pubsub.Message) {
-	j := &job{r: r, msg: m, d: newDelivery(m)}
-	if err := r.pool.SubmitTask(ctx, m.OrderingKey, j); err != nil {
-		m.Nack() // shutting down: the service redelivers it
+	r.s.counts.received.Add(1)
+	j := newJob(ctx, m)
+	if r.seen.contains(m.ID) {
+		r.settle(j, outDeduplicated) // S6: processed already; acking again runs nothing
+		return
 	}
+	var l *lane
+	if m.OrderingKey == "" {
+		l = r.lanes.loose(r)
+	} else {
+		l = r.lanes.keyed(r, m.OrderingKey)
+	}
+	var fx effects
+	if out := l.accept(j, time.Now()); out != outQueued {
+		fx.add(j, out)
+	}
+	if !l.active {
+		l.next(&fx) // a turn if it has something to run, else it may go
+	}
+	l.sh.mu.Unlock()
+	r.apply(l, &fx)
 }
 
-// Drop nacks a job the pool discarded before it ran: a key's tail after a
-// failure (S5), or what was queued at shutdown (S7).
-func (j *job) Drop() { j.msg.Nack() }
-
-// Run processes one delivery on its key's partition.
-func (j *job) Run() {
-	r, m, key := j.r, j.msg, j.d.Key
-	switch {
-	case r.seen.contains(m.ID):
-		m.Ack() // S6: processed already; acking again runs nothing
-		return
-	case r.stopped():
-		m.Nack() // S7: not started before shutdown
-		return
-	case r.gated(key) && !r.holds.admit(key, m.ID, time.Now()):
-		m.Nack() // S5: an earlier message of the key has not succeeded yet
-		return
+// accept decides what becomes of j, a new delivery on l: queued, joined to
+// a delivery of the same message already here, or nacked unrun. The
+// shard's mutex must be held.
+func (l *lane) accept(j *job, now time.Time) outcome {
+	r := l.r
+	if r.stopped() {
+		return outShutdown // S7
 	}
-	if err := r.handle(j); err != nil {
-		m.Nack()
-		if r.gated(key) && !r.deadLettered(&j.d) {
-			now := time.Now()
-			r.holds.add(key, m.ID, now.Add(r.s.cfg.redeliveryWait), now)
-			r.pool.DropQueued(key) // nack the key's local tail now, unrun
+	id := j.d.ID
+	if l.running != nil && l.running.d.ID == id {
+		l.running.join(j.msg, true)
+		return outJoined
+	}
+	for i := 0; i < l.queue.Len(); i++ {
+		if q := l.queue.At(i); q.d.ID == id {
+			q.join(j.msg, false)
+			return outJoined
 		}
+	}
+	if prior := r.tries.prior(id); prior.failures >= r.cfg.maxAttempts {
+		// It failed for good on an earlier delivery: one call per
+		// delivery, after its backoff.
+		j.notBefore = now.Add(r.backoff(prior.failures))
+	}
+	if t := l.trouble; t != nil && t.held {
+		switch {
+		case id == t.id:
+			l.back(j)
+			r.room.take(j)
+			return outQueued
+		case r.deadLettered(j):
+			// Kept rather than nacked into the dead-letter topic unrun;
+			// it runs after the failed message (see nackTail).
+		default:
+			return outHeld // S5: an earlier message of the key has not succeeded yet
+		}
+	} else if !r.room.admit(l.queue.Len(), j) {
+		return outRoom // S10
+	}
+	l.queue.Push(j)
+	r.room.take(j)
+	return outQueued
+}
+
+// outcome is how a job ends, or what became of a delivery.
+type outcome int
+
+const (
+	outQueued       outcome = iota // not settled: queued on its lane
+	outJoined                      // not settled: joined a job of the same message
+	outAcked                       // acked after the handler succeeded (S4)
+	outDeduplicated                // acked unrun: processed already (S6)
+	outFailed                      // nacked: failed for good (S5)
+	outHeld                        // nacked unrun: its key is held (S5)
+	outTail                        // nacked unrun with its key's failed message (S5)
+	outRoom                        // nacked unrun: its key had no room (S10)
+	outShutdown                    // nacked: Receive is shutting down (S7)
+)
+
+// settle acks or nacks every delivery of j's message, once (S11), and
+// counts it.
+func (r *receiver) settle(j *job, out outcome) {
+	if out == outJoined || out == outQueued || !j.settled.CompareAndSwap(false, true) {
 		return
 	}
-	r.seen.add(m.ID)
-	m.Ack() // S4: only after the handler succeeded
+	ack := out == outAcked || out == outDeduplicated
+	for _, m := range j.stale {
+		if ack {
+			m.Ack()
+		} else {
+			m.Nack()
+		}
+	}
+	if ack {
+		j.msg.Ack()
+	} else {
+		j.msg.Nack()
+	}
+	r.room.give(j)
+	c := &r.s.counts
+	switch out {
+	case outAcked:
+		c.acked.Add(1)
+	case outDeduplicated:
+		c.deduplicated.Add(1)
+	case outFailed:
+		c.failed.Add(1)
+	case outHeld:
+		c.nackedHeld.Add(1)
+	case outTail:
+		c.nackedTail.Add(1)
+	case outRoom:
+		c.nackedRoom.Add(1)
+	case outShutdown:
+		c.nackedShutdown.Add(1)
+	}
 }
 
-// gated reports whether a failure of key holds the key: only on an ordered
-// subscription, whose service redelivers a nacked message before the rest
-// of its key, and only for messages with a key.
-func (r *receiver) gated(key string) bool {
-	return key != "" && r.s.ordered
+// apply does what a change to l decided, once its shard's mutex is
+// released: settlements first, in order, then the next turn, then user
+// callbacks, last, so that one that panics or exits the goroutine has
+// nothing left undone.
+func (r *receiver) apply(l *lane, fx *effects) {
+	for _, s := range fx.settle {
+		r.settle(s.j, s.out)
+	}
+	if fx.turn {
+		if err := r.pool.SubmitTask(context.Background(), l.key, l); err != nil {
+			// The pool is closed: shutting down (S7).
+			l.Drop()
+		}
+	}
+	for _, ev := range fx.events {
+		r.emit(ev)
+	}
 }
 
-// deadLettered reports whether the service will forward d's message to the
-// dead-letter topic rather than redeliver it after this nack.
-func (r *receiver) deadLettered(d *Delivery) bool {
-	return r.s.deadLetterAttempts > 0 && d.DeliveryAttempt >= r.s.deadLetterAttempts
+// emit tells the WithKeyEvents callback about a key.
+func (r *receiver) emit(ev KeyEvent) {
+	if r.cfg.onKeyEvent == nil {
+		return
+	}
+	defer r.recoverCallback("key event callback")
+	r.cfg.onKeyEvent(ev)
+}
+
+// recoverCallback recovers a panic in a user callback and logs it: the
+// callback's caller has settled what it had to already.
+func (r *receiver) recoverCallback(what string) {
+	if v := recover(); v != nil {
+		slog.Error("keyorder/subscriber: "+what+" panicked", "subscription", r.s.name, "panic", v, "stack", string(debug.Stack()))
+	}
 }
 
 func (r *receiver) stopped() bool {
@@ -177,40 +299,24 @@ func (r *receiver) stopped() bool {
 	}
 }
 
-// handle calls the handler up to the attempt limit, waiting between calls,
-// and returns the last error. It gives up early on shutdown.
-func (r *receiver) handle(j *job) error {
-	cfg := &r.s.cfg
-	backoff := cfg.minBackoff
-	for attempt := 1; ; attempt++ {
-		j.d.Attempt = attempt
-		err := r.call(&j.d)
-		if err == nil {
-			return nil
-		}
-		if cfg.onError != nil {
-			cfg.onError(&j.d, err)
-		}
-		if attempt >= cfg.maxAttempts || r.stopped() {
-			return err
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-r.stopping:
-			t.Stop()
-			return err
-		}
-		backoff = min(2*backoff, cfg.maxBackoff)
+// shutdown stops the receiver (S7): deliveries queued or waiting for a
+// retry are nacked, running handlers finish within the drain timeout and
+// are then cancelled, and every goroutine the receiver started exits.
+func (r *receiver) shutdown() {
+	close(r.stopping)
+	// Nack what waits in the lanes. A lane with a turn in the pool is
+	// settled by the turn's Drop below; one with a handler running, when
+	// the handler returns.
+	var fx effects
+	r.lanes.each(func(l *lane) { l.drain(&fx, outShutdown) })
+	for _, s := range fx.settle {
+		r.settle(s.j, s.out)
 	}
-}
-
-// call runs the handler once, turning a panic into a *PanicError.
-func (r *receiver) call(d *Delivery) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
-	return r.h(r.handlerCtx, d)
+	drain, cancel := context.WithTimeout(context.Background(), r.cfg.drainTimeout)
+	if r.pool.Stop(drain) != nil {
+		r.cancelHandlers()
+		_ = r.pool.Stop(context.Background())
+	}
+	cancel()
+	r.clock.wg.Wait()
 }

@@ -2,7 +2,6 @@ package subscriber
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -27,6 +26,10 @@ type Subscription struct {
 	deadLetterAttempts int
 	cfg                config
 	receiving          atomic.Bool // a Receive is running
+	// current is the running Receive's state, for Stats and HeldKeys;
+	// nil when none runs. Set and cleared by Receive.
+	current atomic.Pointer[receiver]
+	counts  counters // cumulative over every Receive
 }
 
 // CreateWithTopic returns the subscription subID of topic topicID, creating
@@ -45,7 +48,7 @@ func CreateWithTopic(ctx context.Context, client *pubsub.Client, topicID, subID 
 		return nil, err
 	}
 	if client == nil {
-		return nil, errors.New("keyorder/subscriber: CreateWithTopic with nil client")
+		return nil, invalid("CreateWithTopic with nil client")
 	}
 	topic := fullName(client, "topics", topicID)
 	name := fullName(client, "subscriptions", subID)
@@ -79,7 +82,7 @@ func Open(ctx context.Context, client *pubsub.Client, subID string, opts ...Opti
 		return nil, err
 	}
 	if client == nil {
-		return nil, errors.New("keyorder/subscriber: Open with nil client")
+		return nil, invalid("Open with nil client")
 	}
 	name := fullName(client, "subscriptions", subID)
 	sub, err := client.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: name})

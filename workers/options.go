@@ -5,8 +5,8 @@ import (
 	"log/slog"
 )
 
-// Limits that [New] enforces. Queues are allocated up front, so these keep a
-// typo from allocating gigabytes; a queue entry is 32 bytes.
+// Limits that [New] enforces. Queues grow as they fill, so these keep a
+// typo from letting one grow to gigabytes; a queue entry is 24 bytes.
 const (
 	maxPartitions    = 1 << 16
 	maxQueueSize     = 1 << 20
@@ -18,18 +18,32 @@ const (
 type Option func(*config)
 
 type config struct {
-	queueSize int
-	onPanic   func(key string, recovered any, stack []byte)
+	queueSize   int
+	concurrency int
+	onPanic     func(key string, recovered any, stack []byte)
 }
 
 // WithQueueSize sets how many tasks each partition holds waiting to run,
 // not counting the one it is running. [Pool.Submit] blocks while the queue
 // of its partition is full: that is the pool's back-pressure.
 //
-// This overrides the default of 64. The range is 1 to 1,048,576; each
-// partition allocates its queue up front, 32 bytes an entry.
+// This overrides the default of 64. The range is 1 to 1,048,576. A queue
+// takes memory as it fills, 24 bytes an entry, and lets it go once it has
+// drained.
 func WithQueueSize(size int) Option {
 	return func(c *config) { c.queueSize = size }
+}
+
+// WithConcurrency sets how many tasks the pool runs at once, which is also
+// the most goroutines it starts. Partitions take turns on them: a partition
+// with a task waits for a free one, oldest first. Since a partition runs
+// one task at a time, a value above the number of partitions acts as that
+// number.
+//
+// This overrides the default, the number of partitions. n must be at least
+// 1.
+func WithConcurrency(n int) Option {
+	return func(c *config) { c.concurrency = n }
 }
 
 // WithPanicHandler sets the function told about a task (or a [Task.Drop])
@@ -53,7 +67,7 @@ func logPanic(key string, recovered any, stack []byte) {
 }
 
 func newConfig(n int, opts []Option) (config, error) {
-	c := config{queueSize: defaultQueueSize, onPanic: logPanic}
+	c := config{queueSize: defaultQueueSize, concurrency: n, onPanic: logPanic}
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
@@ -66,6 +80,9 @@ func newConfig(n int, opts []Option) (config, error) {
 		return c, fmt.Errorf("%w: queue size %d, want 1 to %d", ErrInvalidConfig, c.queueSize, maxQueueSize)
 	case c.onPanic == nil:
 		return c, fmt.Errorf("%w: nil panic handler", ErrInvalidConfig)
+	case c.concurrency < 1:
+		return c, fmt.Errorf("%w: concurrency %d, want at least 1", ErrInvalidConfig, c.concurrency)
 	}
+	c.concurrency = min(c.concurrency, n)
 	return c, nil
 }

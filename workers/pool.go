@@ -2,63 +2,82 @@ package workers
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 
+	"github.com/keyorder/keyorder/internal/fifo"
 	"github.com/keyorder/keyorder/ordering"
 )
 
-// Pool runs tasks on a fixed number of partitions, each a bounded queue with
-// one goroutine that runs its tasks one at a time. A task with a non-empty
-// key goes to partition [ordering.Partition](key, n), so the tasks of a key
-// run one at a time in the order they were submitted, while different
-// partitions run in parallel. Tasks with the empty key are spread over the
-// partitions in turn.
+// Pool runs tasks on n key-hashed partitions, over at most a given number
+// of goroutines. A task with a non-empty key goes to partition
+// [ordering.Partition](key, n). The tasks of one partition never run at
+// once, and they run in the order they were submitted, so the tasks of a
+// key run one at a time, in submit order. Different partitions run in
+// parallel, up to the pool's concurrency ([WithConcurrency]; n by
+// default). Tasks with the empty key are spread over the partitions in
+// turn.
 //
-// A Pool is safe for concurrent use. It starts its n goroutines in [New];
-// [Pool.Close] or [Pool.Stop] must be called for them to exit.
+// A partition is not a goroutine: runners take whichever partition has a
+// task ready, oldest first, so a long task holds its own partition and one
+// runner, and delays only the keys of that partition (S9). Partitions cost
+// memory only while they have work, so n may be large: with many
+// partitions, few keys share one.
 //
-// A task costs a mutex-guarded push and pop on its partition's queue: about
-// 80 ns for Submit plus run on a 2-core machine, and no allocation by the
-// pool, where a goroutine per task with a mutex per key costs about 350 ns
-// and 2 allocations (BenchmarkOverhead). Each partition
-// holds its queue, allocated in New, and one goroutine.
+// A Pool is safe for concurrent use. [Pool.Close] or [Pool.Stop] must be
+// called for its goroutines to exit.
+//
+// A task costs a few mutex-guarded operations on its partition and the
+// ready queue: about 150 ns for Submit plus run on a 2-core machine, with
+// no allocation by the pool once its runners have started, where a
+// goroutine per task with a mutex per key costs about 450 ns and 2
+// allocations (BenchmarkOverhead).
 type Pool struct {
-	// parts is set by New and never changes; each partition guards itself.
-	parts []*partition
+	n   int    // partitions; set by New
+	cfg config // set by New
+
+	// shards hold the partitions' state, by index modulo numShards; each
+	// guards its own.
+	shards [numShards]shard
 
 	// next is the round-robin cursor for tasks with the empty key.
 	next atomic.Uint64
 
-	// live counts the partition goroutines that have not exited. The one
-	// that brings it to zero closes done; nothing else closes done.
-	live atomic.Int64
-	done chan struct{}
+	// mu guards the fields below. Lock order: a shard's mu, then mu.
+	mu sync.Mutex
+	// ready holds the partitions with a task queued that no runner has
+	// taken, oldest first.
+	ready fifo.Queue[*partition]
+	// waiting is ready.Len(), stored under mu and read without it.
+	waiting atomic.Int32
+	// idle counts the runners waiting on wake that no Signal has claimed.
+	idle int
+	wake sync.Cond
+	// live counts the runner goroutines. It only grows, up to
+	// cfg.concurrency, until the pool is closed.
+	live int
+	// closed is set by Close and Stop; runners exit once it is set and
+	// nothing is ready. The one that brings live to zero closes done, or
+	// shut does if there are none; stopped records that done is closed.
+	closed  bool
+	stopped bool
+	done    chan struct{}
 }
 
-// New starts a pool of n partitions, each with its own goroutine. n is 1 to
-// 65,536; any other value returns an error matching [ErrInvalidConfig], as
-// does an option out of range.
+// New returns a pool of n partitions. n is 1 to 65,536; any other value
+// returns an error matching [ErrInvalidConfig], as does an option out of
+// range. No goroutine starts until a task is submitted.
 func New(n int, opts ...Option) (*Pool, error) {
 	cfg, err := newConfig(n, opts)
 	if err != nil {
 		return nil, err
 	}
-	p := &Pool{parts: make([]*partition, n), done: make(chan struct{})}
-	for i := range p.parts {
-		p.parts[i] = newPartition(cfg.queueSize, cfg.onPanic)
-	}
-	p.live.Store(int64(n))
-	for _, q := range p.parts {
-		go q.run(p.exited)
-	}
+	p := &Pool{n: n, cfg: cfg, done: make(chan struct{})}
+	p.wake.L = &p.mu
 	return p, nil
 }
 
-func (p *Pool) exited() {
-	if p.live.Add(-1) == 0 {
-		close(p.done)
-	}
-}
+func (p *Pool) shardOf(index int) *shard { return &p.shards[index&(numShards-1)] }
 
 // Partition returns the partition that tasks of key run on: the pinned
 // [ordering.Partition](key, n), so it agrees with any other process using
@@ -70,7 +89,7 @@ func (p *Pool) Partition(key string) int {
 	if key == "" {
 		return -1
 	}
-	return ordering.Partition(key, len(p.parts))
+	return ordering.Partition(key, p.n)
 }
 
 // Submit queues task to run on the partition of key. It is [Pool.SubmitTask]
@@ -115,15 +134,22 @@ func (p *Pool) SubmitTask(ctx context.Context, key string, t Task) error {
 		return ctx.Err()
 	default:
 	}
-	return p.parts[p.index(key)].submit(ctx, entry{key: key, task: t})
+	index := p.index(key)
+	sh := p.shardOf(index)
+	sh.mu.Lock()
+	if sh.closed {
+		sh.mu.Unlock()
+		return ErrClosed
+	}
+	return p.submit(ctx, sh, sh.get(index, p.n, p.cfg.queueSize), entry{key: key, task: t})
 }
 
 // index is the partition for a task of key.
 func (p *Pool) index(key string) int {
 	if key == "" {
-		return int((p.next.Add(1) - 1) % uint64(len(p.parts)))
+		return int((p.next.Add(1) - 1) % uint64(p.n))
 	}
-	return ordering.Partition(key, len(p.parts))
+	return ordering.Partition(key, p.n)
 }
 
 // DropQueued drops every task of key that is queued on its partition and
@@ -142,9 +168,17 @@ func (p *Pool) DropQueued(key string) int {
 	if key == "" {
 		return 0
 	}
-	q := p.parts[p.Partition(key)]
-	dropped := q.removeKey(key)
-	q.drop(dropped)
+	index := p.Partition(key)
+	sh := p.shardOf(index)
+	sh.mu.Lock()
+	var dropped []entry
+	if q := sh.lookup(index); q != nil {
+		dropped = q.queue.remove(func(e entry) bool { return e.key == key }, nil)
+		q.admitLocked()
+		sh.release(q)
+	}
+	sh.mu.Unlock()
+	p.drop(dropped)
 	return len(dropped)
 }
 
@@ -186,11 +220,32 @@ func (p *Pool) Stop(ctx context.Context) error {
 	return p.wait(ctx)
 }
 
-// shut closes every partition and, if drop is true, drops what they hold.
+// shut closes every partition: no task is accepted from now on, and
+// Submits blocked on a full queue return ErrClosed. If drop is true it
+// also drops every queued task, oldest first within each partition;
+// otherwise the runners run them before they exit.
 func (p *Pool) shut(drop bool) {
-	for _, q := range p.parts {
-		q.drop(q.shut(drop))
+	var dropped []entry
+	for i := range p.shards {
+		sh := &p.shards[i]
+		sh.mu.Lock()
+		sh.closed = true
+		for _, q := range sh.parts {
+			if q != nil {
+				dropped = q.shutLocked(drop, dropped)
+				sh.release(q)
+			}
+		}
+		sh.mu.Unlock()
 	}
+	p.mu.Lock()
+	p.closed = true
+	if p.live == 0 {
+		p.closeDoneLocked()
+	}
+	p.wake.Broadcast() // idle runners must see closed
+	p.mu.Unlock()
+	p.drop(dropped)
 }
 
 // wait waits for every partition goroutine to exit, or for ctx to end.

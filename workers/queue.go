@@ -1,61 +1,30 @@
 package workers
 
-// ring is a bounded FIFO of entries over a buffer allocated once. It is not
-// safe for concurrent use: its partition's mutex guards it.
+import "github.com/keyorder/keyorder/internal/fifo"
+
+// ring is a partition's bounded FIFO of entries. Its buffer grows by
+// doubling as it fills, up to limit entries, so a partition that rarely
+// queues more than a few tasks costs a few entries, not its bound. It is
+// not safe for concurrent use: its partition's shard mutex guards it.
 type ring struct {
-	buf  []entry
-	head int // index in buf of the oldest entry
-	n    int // number of entries
+	q     fifo.Queue[entry]
+	limit int // the most entries it holds: the queue size
 }
 
-func newRing(size int) ring { return ring{buf: make([]entry, size)} }
+// maxKeptRing is the largest buffer reset keeps for reuse; a larger one is
+// let go, so that a burst does not pin its peak memory.
+const maxKeptRing = 64
 
-func (r *ring) len() int   { return r.n }
-func (r *ring) full() bool { return r.n == len(r.buf) }
-
-// at returns the index in buf of the i-th oldest entry, for 0 <= i < len(buf).
-func (r *ring) at(i int) int {
-	j := r.head + i
-	if j >= len(r.buf) {
-		j -= len(r.buf)
-	}
-	return j
-}
-
-// push appends e. The caller checks that r is not full.
-func (r *ring) push(e entry) {
-	r.buf[r.at(r.n)] = e
-	r.n++
-}
-
-// pop removes and returns the oldest entry. The caller checks that r is not
-// empty.
-func (r *ring) pop() entry {
-	e := r.buf[r.head]
-	r.buf[r.head] = entry{} // let the task be collected once it has run
-	r.head = r.at(1)
-	r.n--
-	return e
-}
+func (r *ring) len() int     { return r.q.Len() }
+func (r *ring) full() bool   { return r.q.Len() >= r.limit }
+func (r *ring) push(e entry) { r.q.Push(e) } // the caller checks that r is not full
+func (r *ring) reset()       { r.q.Shrink(maxKeptRing) }
+func (r *ring) pop() entry   { e, _ := r.q.Pop(); return e } // the caller checks that r is not empty
 
 // remove takes out every entry for which match is true, keeping the others
 // in order, and appends the removed ones to out, oldest first.
 func (r *ring) remove(match func(entry) bool, out []entry) []entry {
-	kept := 0
-	for i := 0; i < r.n; i++ {
-		e := r.buf[r.at(i)]
-		if match(e) {
-			out = append(out, e)
-			continue
-		}
-		r.buf[r.at(kept)] = e // kept <= i: never overwrites an unread entry
-		kept++
-	}
-	for i := kept; i < r.n; i++ {
-		r.buf[r.at(i)] = entry{}
-	}
-	r.n = kept
-	return out
+	return r.q.RemoveFunc(match, out)
 }
 
 // waiter is a Submit blocked on a full queue, holding the entry it wants

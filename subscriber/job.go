@@ -1,0 +1,83 @@
+package subscriber
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+)
+
+// A job is one message on its way through Receive: queued on its key's
+// lane, running, waiting for its next attempt, and at last acked or
+// nacked, exactly once (S11).
+//
+// The service may send a message again while a delivery of it is still
+// here: after a lost ack or an expired lease, as part of a redelivered
+// tail, or as a duplicate. The new delivery joins the job rather than
+// queueing behind it (see lane.join), so a message is processed once and
+// every delivery of it is settled with it.
+type job struct {
+	// msg is the newest delivery of the message, and stale the older ones,
+	// settled together with it. Both are guarded by the lane's shard
+	// mutex, and read by settle once the job has left its lane.
+	msg   *pubsub.Message
+	stale []*pubsub.Message
+
+	// ctx is the official client's context for the first delivery: it
+	// carries the message's trace span to the handler.
+	ctx context.Context
+
+	// d is what the handler sees. It is written only while no handler
+	// call of the job runs, under the lane's shard mutex.
+	d Delivery
+
+	// redelivered is set when a newer delivery joins the job while its
+	// handler runs: if the call fails, the newer delivery gets a call of
+	// its own rather than being nacked unrun. Guarded by the shard mutex.
+	redelivered bool
+
+	// notBefore is when a message that failed for good on an earlier
+	// delivery may be called again. Set when the job is accepted.
+	notBefore time.Time
+
+	size    int64       // bytes of data, for room (S10)
+	counted bool        // counted in the receiver's room; set once, before the job is shared
+	settled atomic.Bool // set by the one ack or nack (S11)
+}
+
+func newJob(ctx context.Context, m *pubsub.Message) *job {
+	return &job{msg: m, ctx: ctx, d: newDelivery(m), size: int64(len(m.Data))}
+}
+
+// deliveryAttempt is the service's count for the newest delivery, 0 when
+// the subscription has no dead-letter policy.
+func (j *job) deliveryAttempt() int {
+	if a := j.msg.DeliveryAttempt; a != nil {
+		return *a
+	}
+	return 0
+}
+
+// join makes m, a newer delivery of j's message, the one j settles first.
+// The lane's shard mutex must be held.
+func (j *job) join(m *pubsub.Message, running bool) {
+	j.stale = append(j.stale, j.msg)
+	j.msg = m
+	if running {
+		j.redelivered = true
+	}
+}
+
+// handlerContext is the context a handler runs with: the values of the
+// official client's per-message context, where its trace span lives, and
+// the life of Receive's handler context, which outlasts Receive's own
+// context by the drain timeout (S7).
+type handlerContext struct {
+	context.Context                 // values
+	life            context.Context // deadline, cancellation and error
+}
+
+func (c handlerContext) Deadline() (time.Time, bool) { return c.life.Deadline() }
+func (c handlerContext) Done() <-chan struct{}       { return c.life.Done() }
+func (c handlerContext) Err() error                  { return c.life.Err() }

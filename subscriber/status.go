@@ -1,0 +1,167 @@
+package subscriber
+
+import (
+	"sort"
+	"sync/atomic"
+	"time"
+)
+
+// A HeldKey is a key whose next message cannot run yet because a message
+// of the key failed: it waits for the message's next attempt, or is held
+// until the service brings the message back (S5).
+type HeldKey struct {
+	Key string
+	// MessageID is the failed message: no later message of the key runs
+	// before it has succeeded.
+	MessageID string
+	// Since is when the message first failed.
+	Since time.Time
+	// Attempt is the number of handler calls of the message so far,
+	// across its deliveries (see [Delivery.Attempt]).
+	Attempt int
+	// Err is the last call's error.
+	Err error
+	// Held is true once the failure policy has applied: the message was
+	// nacked with its key's local tail, and the key waits for the service
+	// to bring it back. It is false while the message waits, here, for a
+	// retry.
+	Held bool
+	// RetryAt is when the next call is due; zero while the message is
+	// away (Held and not yet back).
+	RetryAt time.Time
+	// Queued counts the key's deliveries waiting behind the message.
+	Queued int
+}
+
+// KeyEventKind tells what happened to a key.
+type KeyEventKind int
+
+const (
+	// KeyHeld: the failure policy applied to a message of the key, which
+	// was nacked with its local tail; the key's later messages wait for it
+	// (S5). A key that fails again while held is not reported again.
+	KeyHeld KeyEventKind = iota + 1
+	// KeyReleased: the hold ended, because the failed message succeeded,
+	// the service gave up on it (dead-lettering), or the hold lapsed after
+	// [WithRedeliveryWait]. [KeyEvent.Reason] says which.
+	KeyReleased
+)
+
+func (k KeyEventKind) String() string {
+	switch k {
+	case KeyHeld:
+		return "held"
+	case KeyReleased:
+		return "released"
+	}
+	return "unknown"
+}
+
+// Reasons a hold ends, in [KeyEvent.Reason].
+const (
+	ReasonSucceeded    = "succeeded"
+	ReasonDeadLettered = "dead-lettered"
+	ReasonLapsed       = "hold lapsed"
+)
+
+// A KeyEvent is what a [WithKeyEvents] callback is told.
+type KeyEvent struct {
+	Kind KeyEventKind
+	// Key is the key, and HeldKey what was known of its failure when the
+	// event happened.
+	HeldKey
+	// Reason says why a KeyReleased hold ended; empty for KeyHeld.
+	Reason string
+	// At is when it happened.
+	At time.Time
+}
+
+// Stats counts what the subscription's Receive calls have done with their
+// deliveries, and what the running one holds now. [Subscription.Stats]
+// returns it.
+type Stats struct {
+	// Received counts deliveries handed over by the official client.
+	Received int64
+	// Acked counts messages acked after the handler returned nil (S4).
+	Acked int64
+	// Deduplicated counts deliveries acked without calling the handler:
+	// the message was processed already (S6).
+	Deduplicated int64
+	// Retried counts failed handler calls that were retried later on the
+	// same delivery, the key waiting meanwhile (S5).
+	Retried int64
+	// Failed counts messages nacked after their handler failed for good.
+	Failed int64
+	// DeadLettered counts the Failed messages on their last delivery: the
+	// service forwards them to the dead-letter topic.
+	DeadLettered int64
+	// NackedHeld counts deliveries nacked unrun because their key was held
+	// (S5).
+	NackedHeld int64
+	// NackedTail counts deliveries nacked unrun with their key's failed
+	// message (S5).
+	NackedTail int64
+	// NackedRoom counts deliveries nacked unrun because their key had used
+	// its room (S10).
+	NackedRoom int64
+	// NackedShutdown counts deliveries nacked unrun, or after a handler
+	// call cut short, because Receive was shutting down (S7).
+	NackedShutdown int64
+
+	// Queued is the number of deliveries received and not started, now.
+	Queued int
+	// Running is the number of handler calls running now.
+	Running int
+	// Held lists the keys waiting on a failed message, now, oldest first.
+	Held []HeldKey
+}
+
+// counters are the cumulative counts of Stats. Every field is atomic.
+type counters struct {
+	received, acked, deduplicated, retried, failed, deadLettered atomic.Int64
+	nackedHeld, nackedTail, nackedRoom, nackedShutdown           atomic.Int64
+}
+
+// Stats returns what the subscription's Receive calls have done so far,
+// and what the running one holds now. It is safe to call at any time; the
+// counts are cumulative over every Receive on the Subscription.
+func (s *Subscription) Stats() Stats {
+	c := &s.counts
+	st := Stats{
+		Received:       c.received.Load(),
+		Acked:          c.acked.Load(),
+		Deduplicated:   c.deduplicated.Load(),
+		Retried:        c.retried.Load(),
+		Failed:         c.failed.Load(),
+		DeadLettered:   c.deadLettered.Load(),
+		NackedHeld:     c.nackedHeld.Load(),
+		NackedTail:     c.nackedTail.Load(),
+		NackedRoom:     c.nackedRoom.Load(),
+		NackedShutdown: c.nackedShutdown.Load(),
+	}
+	if r := s.current.Load(); r != nil {
+		st.Queued, st.Running, st.Held = r.lanes.snapshot()
+	}
+	return st
+}
+
+// HeldKeys lists the keys of the running Receive that wait on a failed
+// message, oldest failure first: those waiting for a retry, and those held
+// until the service brings their message back (S5). It returns nil when
+// no Receive runs.
+func (s *Subscription) HeldKeys() []HeldKey {
+	if r := s.current.Load(); r != nil {
+		_, _, held := r.lanes.snapshot()
+		return held
+	}
+	return nil
+}
+
+func sortHeld(held []HeldKey) {
+	sort.Slice(held, func(i, j int) bool {
+		if !held[i].Since.Equal(held[j].Since) {
+			return held[i].Since.Before(held[j].Since)
+		}
+		return held[i].Key < held[j].Key
+	})
+}

@@ -1,0 +1,143 @@
+package workers
+
+// Runners are the goroutines that run tasks. A partition with a task to run
+// and no runner sits in the pool's ready queue; a runner takes the oldest
+// ready partition, runs its oldest task, and then either goes on with the
+// same partition, if no other partition is waiting, or puts it at the back
+// of the ready queue and takes the next. A partition therefore runs one
+// task at a time, in order, and a long task holds one runner and its own
+// partition, never the others (S9).
+//
+// Runners start on demand, up to the pool's concurrency, and wait for work
+// when there is none, so that a busy pool costs no goroutine start per
+// task. They exit when the pool is closed and nothing is ready.
+
+// makeReady puts q, which has a task queued and is neither running nor
+// ready, in the ready queue, and wakes or starts a runner for it if one is
+// free. q's shard mutex must be held.
+func (p *Pool) makeReady(q *partition) {
+	q.ready = true
+	p.mu.Lock()
+	p.ready.Push(q)
+	p.waiting.Store(int32(p.ready.Len()))
+	switch {
+	case p.idle > 0:
+		p.idle-- // counted off here, so that two pushes wake two runners
+		p.wake.Signal()
+	case p.live < p.cfg.concurrency:
+		p.live++
+		go p.run()
+	}
+	p.mu.Unlock()
+}
+
+// run is a runner goroutine.
+//
+// A task that calls runtime.Goexit ends the goroutine, as no recover stops
+// Goexit; the deferred function then settles the partition and starts a
+// replacement runner, so that the pool keeps its runners and the
+// partition's later tasks still run or drop.
+func (p *Pool) run() {
+	var q *partition // the partition whose task is running
+	defer func() {
+		if q != nil {
+			sh := p.shardOf(q.index)
+			sh.mu.Lock()
+			p.done1(sh, q)
+			sh.mu.Unlock()
+			go p.run() // takes this runner's place in live
+		}
+	}()
+	var e entry
+	var ok bool
+	for {
+		if q == nil {
+			if q, e, ok = p.take(); !ok {
+				return
+			}
+		}
+		invoke(e.key, e.task.Run, p.cfg.onPanic)
+		q, e = p.after(q)
+	}
+}
+
+// take waits for a ready partition and starts its oldest task. It returns
+// false once the pool is closed and nothing is ready: the runner exits.
+func (p *Pool) take() (*partition, entry, bool) {
+	p.mu.Lock()
+	for {
+		q, ok := p.ready.Pop()
+		p.waiting.Store(int32(p.ready.Len()))
+		if !ok {
+			if p.closed {
+				p.live--
+				if p.live == 0 {
+					p.closeDoneLocked()
+				}
+				p.mu.Unlock()
+				return nil, entry{}, false
+			}
+			p.idle++
+			p.wake.Wait()
+			continue
+		}
+		p.mu.Unlock()
+		sh := p.shardOf(q.index)
+		sh.mu.Lock()
+		q.ready = false
+		if q.queue.len() > 0 {
+			e := q.start()
+			sh.mu.Unlock()
+			return q, e, true
+		}
+		// Stop or DropQueued emptied it while it waited.
+		sh.release(q)
+		sh.mu.Unlock()
+		p.mu.Lock()
+	}
+}
+
+// after ends the task of q that just ran. If q has another task and no
+// other partition is waiting, it starts that task and returns q; otherwise
+// it requeues q if it has work and returns nil, so that the runner takes
+// the next ready partition.
+func (p *Pool) after(q *partition) (*partition, entry) {
+	sh := p.shardOf(q.index)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	// waiting is read without p.mu: a partition that turns ready just
+	// after the read is taken by another runner, or by this one after
+	// q's next task.
+	if q.queue.len() > 0 && p.waiting.Load() == 0 {
+		return q, q.start()
+	}
+	p.done1(sh, q)
+	return nil, entry{}
+}
+
+// done1 marks q's running task finished: q goes back to the ready queue
+// if it has more, or leaves its shard if it is idle. sh.mu must be held.
+func (p *Pool) done1(sh *shard, q *partition) {
+	q.running = false
+	if q.queue.len() > 0 {
+		p.makeReady(q)
+		return
+	}
+	sh.release(q)
+}
+
+// start takes q's oldest task to run it. The shard mutex must be held.
+func (q *partition) start() entry {
+	e := q.queue.pop()
+	q.admitLocked()
+	q.running = true
+	return e
+}
+
+// closeDoneLocked closes done once. p.mu must be held.
+func (p *Pool) closeDoneLocked() {
+	if !p.stopped {
+		p.stopped = true
+		close(p.done)
+	}
+}
