@@ -57,6 +57,12 @@ type lane struct {
 	retry *time.Timer
 	// trouble is the key's failing message, nil while it is healthy.
 	trouble *trouble
+	// gap is the first delivery of the key nacked for room (S10). The
+	// service sends it back before any later message of the key, so every
+	// later delivery is nacked too until it comes back, or until gapEnd
+	// fires after WithRedeliveryWait, in case it went to another client.
+	gap    string
+	gapEnd *time.Timer
 }
 
 // trouble is a lane's failing message: the one no later message of the key
@@ -120,7 +126,7 @@ func laneHash(key string) uint32 {
 // release removes the lane from its shard once it holds nothing. The
 // shard's mutex must be held.
 func (l *lane) release() {
-	if l.active || l.running != nil || l.queue.Len() > 0 || l.trouble != nil {
+	if l.active || l.running != nil || l.queue.Len() > 0 || l.trouble != nil || l.gap != "" {
 		return
 	}
 	if l.key == "" {

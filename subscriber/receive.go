@@ -192,7 +192,10 @@ func (l *lane) accept(j *job, now time.Time) outcome {
 		default:
 			return outHeld // S5: an earlier message of the key has not succeeded yet
 		}
-	} else if !r.room.admit(l.queue.Len(), j) {
+	} else if l.gap != "" && id != l.gap {
+		return outRoom // S10: an earlier message of the key was sent back
+	} else if l.closeGap(); !r.room.admit(l.queue.Len(), j) {
+		l.openGap(id)
 		return outRoom // S10
 	}
 	l.queue.Push(j)

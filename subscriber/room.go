@@ -16,14 +16,17 @@ import "sync/atomic"
 // their backlog. A nacked message may come back more than once, which S6
 // absorbs.
 //
-// On a subscription with a dead-letter policy, a delivery past half of its
-// allowed attempts is never nacked for room: each such nack spends an
-// attempt the handler may need.
+// Once a delivery of a key is nacked for room, every later delivery of
+// the key is nacked too until the service sends that one back (see
+// lane.gap): it comes back before them, and none may run before it.
+//
+// On a subscription with a dead-letter policy nothing is nacked for room:
+// each nack would spend a delivery attempt of a message that never ran,
+// and enough of them would have the service dead-letter it unprocessed.
 type room struct {
 	perKey   int
 	maxMsgs  int64 // half the official window; 0 for no limit
 	maxBytes int64 // half the official byte window; 0 for no limit
-	dlq      int   // the subscription's dead-letter limit; 0 if it has none
 
 	// msgs and bytes count the jobs of this Receive that are not settled:
 	// queued, running or waiting for a retry.
@@ -34,7 +37,10 @@ type room struct {
 // dead-letter limit.
 func (rm *room) init(cfg *config, deadLetterAttempts int) {
 	rs := cfg.receive
-	rm.perKey, rm.dlq = cfg.keyBacklog, deadLetterAttempts
+	rm.perKey = cfg.keyBacklog
+	if deadLetterAttempts > 0 {
+		return // no limit: see room
+	}
 	switch {
 	case rs.MaxOutstandingMessages > 0:
 		rm.maxMsgs = int64(max(1, rs.MaxOutstandingMessages/2))
@@ -61,8 +67,6 @@ func (rm *room) admit(queued int, j *job) bool {
 	switch {
 	case queued < rm.perKey:
 		return true
-	case rm.dlq > 0 && 2*j.deliveryAttempt() > rm.dlq:
-		return true
 	case rm.maxMsgs > 0 && rm.msgs.Load() >= rm.maxMsgs:
 		return false
 	case rm.maxBytes > 0 && rm.bytes.Load()+j.size > rm.maxBytes:
@@ -84,4 +88,34 @@ func (rm *room) give(j *job) {
 		rm.msgs.Add(-1)
 		rm.bytes.Add(-j.size)
 	}
+}
+
+// openGap nacks id for room: the key's later deliveries are nacked until
+// it comes back (S10). The shard's mutex must be held.
+func (l *lane) openGap(id string) {
+	if l.gap == id {
+		return
+	}
+	l.closeGap()
+	l.gap = id
+	l.gapEnd = l.r.clock.after(l.r.cfg.redeliveryWait, func() {
+		var fx effects
+		l.sh.mu.Lock()
+		if l.gap == id {
+			l.gap, l.gapEnd = "", nil
+			l.release()
+		}
+		l.sh.mu.Unlock()
+		l.r.apply(l, &fx)
+	})
+}
+
+// closeGap ends the lane's gap, if it has one. The shard's mutex must be
+// held.
+func (l *lane) closeGap() {
+	if l.gap == "" {
+		return
+	}
+	l.r.clock.stop(l.gapEnd)
+	l.gap, l.gapEnd = "", nil
 }

@@ -77,12 +77,14 @@ type tracker struct {
 	check     *orderingtest.Checker
 	remaining int
 	done      chan struct{} // closed when every message has been processed
+	changed   chan struct{} // closed and replaced after every call ends
 }
 
 func newTracker(keys []string, perKey int) *tracker {
 	tr := &tracker{
 		next: map[string]int{}, busy: map[string]bool{}, calls: map[string]int{},
 		check: orderingtest.NewChecker(), remaining: len(keys) * perKey, done: make(chan struct{}),
+		changed: make(chan struct{}),
 	}
 	for _, k := range keys {
 		tr.next[k] = 1
@@ -121,6 +123,8 @@ func (tr *tracker) begin(d *subscriber.Delivery) (string, int) {
 func (tr *tracker) end(key string, seq int, ok bool) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
+	close(tr.changed)
+	tr.changed = make(chan struct{})
 	tr.busy[key] = false
 	if !ok {
 		return
@@ -148,18 +152,63 @@ func (tr *tracker) callsOf(data string) int {
 	return tr.calls[data]
 }
 
-// handler wraps work, which may fail or panic, with the tracker's checks.
+// expect adds key, with n messages, to what the tracker waits for.
+func (tr *tracker) expect(key string, n int) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.next[key] = 1
+	tr.check.Expect(key, n)
+	tr.remaining += n
+}
+
+// await waits until cond holds, checking it after every handler call, or
+// returns ctx.Err(). It may be called from a handler.
+func (tr *tracker) await(ctx context.Context, cond func() bool) error {
+	for {
+		tr.mu.Lock()
+		changed := tr.changed
+		tr.mu.Unlock()
+		if cond() {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// processedExcept returns how many messages of keys other than key have
+// been processed.
+func (tr *tracker) processedExcept(key string) int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	n := 0
+	for k, next := range tr.next {
+		if k != key {
+			n += next - 1
+		}
+	}
+	return n
+}
+
+// handler wraps work, which may fail, panic or exit the goroutine, with
+// the tracker's checks.
 func (tr *tracker) handler(work func(ctx context.Context, d *subscriber.Delivery) error) subscriber.Handler {
 	return func(ctx context.Context, d *subscriber.Delivery) (err error) {
 		key, seq := tr.begin(d)
+		returned := false
 		defer func() {
 			if r := recover(); r != nil {
 				tr.end(key, seq, false)
 				panic(r)
 			}
-			tr.end(key, seq, err == nil)
+			tr.end(key, seq, returned && err == nil) // runtime.Goexit did not return
 		}()
-		return work(ctx, d)
+		err = work(ctx, d)
+		returned = true
+		return err
 	}
 }
 

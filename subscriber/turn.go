@@ -155,7 +155,7 @@ func (l *lane) next(fx *effects) {
 }
 
 // drain takes every queued delivery out of the lane to be nacked with out,
-// and stops its timers. The shard's mutex must be held.
+// and stops its timers, at shutdown. The shard's mutex must be held.
 func (l *lane) drain(fx *effects, out outcome) {
 	for j, ok := l.queue.Pop(); ok; j, ok = l.queue.Pop() {
 		fx.add(j, out)
@@ -166,6 +166,7 @@ func (l *lane) drain(fx *effects, out outcome) {
 	if t := l.trouble; t != nil && l.r.clock.stop(t.lapse) {
 		t.lapse = nil
 	}
+	l.closeGap()
 }
 
 // wait makes the lane's head wait d for its next attempt, holding no

@@ -41,50 +41,75 @@ func (b *batch) fits(m *message) bool {
 
 // fill takes up to limit messages for st: keys already bound to st, keys
 // waiting for any stream, and unordered messages, in turn, so that no kind
-// of work starves another.
+// of work starves another. The turn carries over from one fill to the
+// next, and moves past a kind only once it has delivered: a key bound to
+// the stream that fills the stream's flow-control window each time, as a
+// key nacked and sent back at once does, must not keep the keys waiting
+// for a stream out for ever.
 func (sub *subscription) fill(st *stream, limit int) []*pubsubpb.ReceivedMessage {
 	if sub.deleted || st.closed {
 		return nil
 	}
 	b := &batch{st: st, limit: limit, now: time.Now()}
-	for turn := 0; len(b.msgs) < b.limit; turn++ {
-		ok, progressed := true, false
-		for i := 0; i < 3 && !progressed; i++ {
-			switch (turn + i) % 3 {
-			case 0:
-				if k, found := st.ready.pop(); found {
-					k.queued = false
-					ok, progressed = sub.deliverKey(b, k), true
-				}
-			case 1:
-				if k, found := sub.waiting.pop(); found {
-					k.queued = false
-					k.stream = st
-					ok, progressed = sub.deliverKey(b, k), true
-				}
-			case 2:
-				if e, found := sub.loose.peek(); found {
-					switch {
-					case sub.deadLetterDue(e):
-						sub.loose.pop()
-						sub.forward(e)
-						e.acked = true
-						sub.retain(e)
-					case b.fits(e.msg):
-						sub.loose.pop()
-						sub.deliver(b, e)
-					default:
-						ok = false
-					}
-					progressed = true
-				}
+	for len(b.msgs) < b.limit {
+		served := false
+		for i := 0; i < 3 && !served; i++ {
+			kind := (st.turn + i) % 3
+			before := len(b.msgs)
+			found, room := sub.serve(b, kind)
+			if !found {
+				continue
+			}
+			served = true
+			if len(b.msgs) > before {
+				st.turn = kind + 1
+			}
+			if !room {
+				return b.msgs
 			}
 		}
-		if !ok || !progressed {
+		if !served {
 			break
 		}
 	}
 	return b.msgs
+}
+
+// serve adds to b the work of one kind, if there is any: 0, a key bound to
+// b's stream; 1, a key waiting for any stream; 2, an unordered message. It
+// reports whether there was such work, and whether b has room left.
+func (sub *subscription) serve(b *batch, kind int) (found, room bool) {
+	st := b.st
+	switch kind {
+	case 0:
+		if k, ok := st.ready.pop(); ok {
+			k.queued = false
+			return true, sub.deliverKey(b, k)
+		}
+	case 1:
+		if k, ok := sub.waiting.pop(); ok {
+			k.queued = false
+			k.stream = st
+			return true, sub.deliverKey(b, k)
+		}
+	default:
+		if e, ok := sub.loose.peek(); ok {
+			switch {
+			case sub.deadLetterDue(e):
+				sub.loose.pop()
+				sub.forward(e)
+				e.acked = true
+				sub.retain(e)
+			case b.fits(e.msg):
+				sub.loose.pop()
+				sub.deliver(b, e)
+			default:
+				return true, false
+			}
+			return true, true
+		}
+	}
+	return false, true
 }
 
 // deliverKey delivers k's waiting messages, in order, as far as the batch

@@ -23,6 +23,7 @@ type stream struct {
 	killErr error           // what the stream ends with, set before kill closes
 	closed  bool            // unregistered from its subscription
 	ready   fifo[*keyState] // keys bound to this stream with messages to send
+	turn    int             // which kind of work fill serves first next time
 	pingDue bool            // a client ping awaits its heartbeat response
 
 	ackDeadline time.Duration // StreamAckDeadlineSeconds
