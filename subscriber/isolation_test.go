@@ -97,3 +97,18 @@ func TestKeyBacklogLeavesRoomForOthers(t *testing.T) {
 	assert.Positive(t, st.NackedRoom, "slow's deliveries past its room were nacked")
 	assert.Equal(t, int64(40+len(others)*5), st.Acked)
 }
+
+// TestHotKeyKeepsItsBacklog checks the other side of S10: a key with a long
+// backlog that drains quickly is not nacked for room, even with the window
+// full of it, since it does not keep the window from turning over.
+func TestHotKeyKeepsItsBacklog(t *testing.T) {
+	t.Parallel()
+	rs := pubsub.DefaultReceiveSettings
+	rs.MaxOutstandingMessages = 8
+	e := newFakeEnv(t, nil, subscriber.WithKeyBacklog(1), subscriber.WithReceiveSettings(rs))
+	keys := []string{"hot"}
+	e.publish(t, keys, 200)
+	tr := newTracker(keys, 200)
+	tr.receive(t, e.sub, tr.handler(func(context.Context, *subscriber.Delivery) error { return nil }))
+	assert.Zero(t, e.sub.Stats().NackedRoom)
+}

@@ -48,8 +48,14 @@ type lane struct {
 	// queue holds the deliveries received and not started, oldest first;
 	// the head may be a failed message waiting for its next attempt.
 	queue fifo.Queue[*job]
-	// running is the job whose handler is running, nil otherwise.
-	running *job
+	// running is the job whose handler is running, nil otherwise, and
+	// busySince when its call began.
+	running   *job
+	busySince time.Time
+	// pace is the recent duration of the key's handler calls, a moving
+	// average; 0 before the first. Room uses it to tell a key that drains
+	// from one that is stuck (S10).
+	pace time.Duration
 	// active is set while a turn is in the pool or running, or retry is
 	// pending: then nothing else may submit a turn.
 	active bool

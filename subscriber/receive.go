@@ -184,7 +184,7 @@ func (l *lane) accept(j *job, now time.Time) outcome {
 		switch {
 		case id == t.id:
 			l.back(j)
-			r.room.take(j)
+			r.take(j)
 			return outQueued
 		case r.deadLettered(j):
 			// Kept rather than nacked into the dead-letter topic unrun;
@@ -194,12 +194,12 @@ func (l *lane) accept(j *job, now time.Time) outcome {
 		}
 	} else if l.gap != "" && id != l.gap {
 		return outRoom // S10: an earlier message of the key was sent back
-	} else if l.closeGap(); !r.room.admit(l.queue.Len(), j) {
+	} else if l.closeGap(); !r.room.admit(l, j, now) {
 		l.openGap(id)
 		return outRoom // S10
 	}
 	l.queue.Push(j)
-	r.room.take(j)
+	r.take(j)
 	return outQueued
 }
 
@@ -307,6 +307,7 @@ func (r *receiver) stopped() bool {
 // are then cancelled, and every goroutine the receiver started exits.
 func (r *receiver) shutdown() {
 	close(r.stopping)
+	r.stopWatch()
 	// Nack what waits in the lanes. A lane with a turn in the pool is
 	// settled by the turn's Drop below; one with a handler running, when
 	// the handler returns.

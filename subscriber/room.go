@@ -1,6 +1,9 @@
 package subscriber
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // room keeps one key's backlog from using up the official client's flow
 // control (S10). The service sends a subscriber at most
@@ -9,16 +12,22 @@ import "sync/atomic"
 // backlog here, that window would fill with it and the other keys would
 // starve.
 //
-// Every key may queue [WithKeyBacklog] deliveries. Past that, a key may
-// queue more only while the whole Receive holds less than half of the
-// window; otherwise its delivery is nacked, and the service sends it again
-// later, in order. Half the window is therefore always left to keys within
-// their backlog. A nacked message may come back more than once, which S6
-// absorbs.
+// A key may always queue [WithKeyBacklog] deliveries. Past that, it may
+// queue more while the Receive holds less than half of the window, or
+// while the key drains: it is not failing, and its backlog would take less
+// than drainLimit at the pace of its recent calls, counting the time the
+// current call has run so far. Otherwise its delivery is nacked, and the
+// service sends it again later. A healthy key with a large backlog, such
+// as a hot key, therefore keeps it, and a stuck one does not.
 //
-// Once a delivery of a key is nacked for room, every later delivery of
-// the key is nacked too until the service sends that one back (see
-// lane.gap): it comes back before them, and none may run before it.
+// A key can turn stuck after its backlog was queued, for example when a
+// handler hangs. While the Receive holds half the window or more, a watch
+// looks every roomCheck for such keys and nacks their queued deliveries
+// past the backlog.
+//
+// Once a delivery of a key is nacked for room, every later delivery of the
+// key is nacked too until the service sends that one back (see lane.gap):
+// it comes back before them, and none may run before it.
 //
 // On a subscription with a dead-letter policy nothing is nacked for room:
 // each nack would spend a delivery attempt of a message that never ran,
@@ -31,7 +40,20 @@ type room struct {
 	// msgs and bytes count the jobs of this Receive that are not settled:
 	// queued, running or waiting for a retry.
 	msgs, bytes atomic.Int64
+
+	// watching is set while the watch's timer is pending, and watch is
+	// that timer, for shutdown to stop.
+	watching atomic.Bool
+	watch    atomic.Pointer[time.Timer]
 }
+
+// drainLimit is how long a key's backlog may take to drain, at its recent
+// pace, for the key to count as draining.
+const drainLimit = time.Second
+
+// roomCheck is how often the watch looks for stuck keys while the window
+// is at least half full.
+const roomCheck = 100 * time.Millisecond
 
 // init sets the bounds of rm from the options and the subscription's
 // dead-letter limit.
@@ -61,25 +83,28 @@ const (
 	defaultMaxOutstandingBytes = 1e9
 )
 
-// admit reports whether a key with queued deliveries waiting may queue j
-// too.
-func (rm *room) admit(queued int, j *job) bool {
-	switch {
-	case queued < rm.perKey:
-		return true
-	case rm.maxMsgs > 0 && rm.msgs.Load() >= rm.maxMsgs:
-		return false
-	case rm.maxBytes > 0 && rm.bytes.Load()+j.size > rm.maxBytes:
-		return false
-	}
-	return true
+// pressed reports whether the Receive holds half its window or more, or
+// would with size more bytes.
+func (rm *room) pressed(size int64) bool {
+	return (rm.maxMsgs > 0 && rm.msgs.Load() >= rm.maxMsgs) ||
+		(rm.maxBytes > 0 && rm.bytes.Load()+size > rm.maxBytes)
 }
 
-// take counts j, which is queued.
-func (rm *room) take(j *job) {
+// admit reports whether l may queue j. The shard's mutex must be held.
+func (rm *room) admit(l *lane, j *job, now time.Time) bool {
+	return l.queue.Len() < rm.perKey || !rm.pressed(j.size) || !l.stuck(now)
+}
+
+// take counts j, which is queued, and starts the watch if the window is
+// now half full.
+func (r *receiver) take(j *job) {
+	rm := &r.room
 	j.counted = true
 	rm.msgs.Add(1)
 	rm.bytes.Add(j.size)
+	if rm.pressed(0) && rm.watching.CompareAndSwap(false, true) {
+		rm.watch.Store(r.clock.after(roomCheck, r.checkRoom))
+	}
 }
 
 // give uncounts j, which is settled.
@@ -87,6 +112,64 @@ func (rm *room) give(j *job) {
 	if j.counted {
 		rm.msgs.Add(-1)
 		rm.bytes.Add(-j.size)
+	}
+}
+
+// checkRoom is the watch: it nacks the queued deliveries past the backlog
+// of every stuck key, and looks again after roomCheck while the window is
+// still half full.
+func (r *receiver) checkRoom() {
+	rm := &r.room
+	if r.stopped() {
+		return
+	}
+	now := time.Now()
+	var fx effects
+	r.lanes.each(func(l *lane) { l.shed(now, &fx) })
+	for _, s := range fx.settle {
+		r.settle(s.j, s.out)
+	}
+	if rm.pressed(0) {
+		rm.watch.Store(r.clock.after(roomCheck, r.checkRoom))
+		return
+	}
+	rm.watching.Store(false)
+	if rm.pressed(0) && rm.watching.CompareAndSwap(false, true) { // it filled again meanwhile
+		rm.watch.Store(r.clock.after(roomCheck, r.checkRoom))
+	}
+}
+
+// stopWatch stops the watch at shutdown.
+func (r *receiver) stopWatch() {
+	if t := r.room.watch.Load(); t != nil {
+		r.clock.stop(t)
+	}
+}
+
+// stuck reports whether l's backlog is not draining: its oldest message is
+// failing, or the backlog would take more than drainLimit at its pace. The
+// shard's mutex must be held.
+func (l *lane) stuck(now time.Time) bool {
+	if l.trouble != nil {
+		return true
+	}
+	per := l.pace
+	if l.running != nil {
+		per = max(per, now.Sub(l.busySince))
+	}
+	return time.Duration(l.queue.Len())*per > drainLimit
+}
+
+// shed nacks l's queued deliveries past the backlog if l is stuck. The
+// shard's mutex must be held.
+func (l *lane) shed(now time.Time, fx *effects) {
+	if l.queue.Len() <= l.r.room.perKey || !l.stuck(now) {
+		return
+	}
+	tail := l.queue.Truncate(l.r.room.perKey, nil)
+	l.openGap(tail[0].d.ID) // the oldest nacked comes back first
+	for _, j := range tail {
+		fx.add(j, outRoom)
 	}
 }
 

@@ -17,9 +17,10 @@ import (
 )
 
 // TestSoak mixes every fault at once over thousands of messages and
-// hundreds of keys on the faithful fake: handler errors and panics, retries
-// in place and nacked tails, lost acks, leases that run out, duplicate
-// deliveries, forced tail redeliveries and broken streams. Per key, every
+// hundreds of keys on the faithful fake: handler errors and panics,
+// permanent errors and requests to retry later, retries and nacked tails,
+// lost acks, leases that run out, duplicate deliveries, forced tail
+// redeliveries and broken streams. Per key, every
 // message must be processed exactly once, in order, and every handler call
 // must be the key's next unprocessed message.
 func TestSoak(t *testing.T) {
@@ -44,7 +45,7 @@ func TestSoak(t *testing.T) {
 		processed atomic.Int64
 		breaks    sync.Map // processed counts at which streams were broken
 		failures  sync.Map // "key/seq" -> handler failures so far
-		stats     struct{ errors, panics, redelivered, slow atomic.Int64 }
+		stats     struct{ errors, panics, permanent, later, redelivered, slow atomic.Int64 }
 	)
 	total := int64(len(keys) * perKey)
 	h := tr.handler(func(ctx context.Context, d *subscriber.Delivery) error {
@@ -62,6 +63,16 @@ func TestSoak(t *testing.T) {
 				stats.errors.Add(1)
 				return errInjected
 			}
+		}
+		// About 1% of messages are poison on their first call, and 1% ask
+		// to be called again a little later on their first two calls.
+		if r%100 == 10 && tr.callsOf(data) == 1 {
+			stats.permanent.Add(1)
+			return subscriber.Permanent(errInjected)
+		}
+		if r%100 == 20 && tr.callsOf(data) <= 2 {
+			stats.later.Add(1)
+			return subscriber.RetryAfter(5*time.Millisecond, errInjected)
 		}
 		// About 1% of messages make the service redeliver their key's
 		// tail, acknowledged messages included, on first processing.
@@ -90,10 +101,12 @@ func TestSoak(t *testing.T) {
 	start := time.Now()
 	tr.receiveUntil(t, e.sub, h, e.settled(nil))
 	st := e.srv.Stats(sub)
-	t.Logf("%d messages over %d keys in %v: %d handler errors, %d panics, %d forced tail redeliveries, %d slow handlers; server: %+v",
-		total, len(keys), time.Since(start).Round(time.Millisecond), stats.errors.Load(), stats.panics.Load(), stats.redelivered.Load(), stats.slow.Load(), st)
+	t.Logf("%d messages over %d keys in %v: %d handler errors, %d panics, %d permanent errors, %d retry-after errors, %d forced tail redeliveries, %d slow handlers; server: %+v; subscriber: %+v",
+		total, len(keys), time.Since(start).Round(time.Millisecond), stats.errors.Load(), stats.panics.Load(), stats.permanent.Load(), stats.later.Load(), stats.redelivered.Load(), stats.slow.Load(), st, e.sub.Stats())
 	assert.Positive(t, stats.errors.Load())
 	assert.Positive(t, stats.panics.Load())
+	assert.Positive(t, stats.permanent.Load())
+	assert.Positive(t, stats.later.Load())
 	assert.Positive(t, stats.redelivered.Load())
 	assert.Positive(t, st.Nacked)
 	assert.Positive(t, st.Duplicated)

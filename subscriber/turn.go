@@ -69,7 +69,7 @@ func (l *lane) begin() *job {
 		l.wait(j.notBefore.Sub(now), now)
 		return nil
 	}
-	l.running = j
+	l.running, l.busySince = j, now
 	j.d.Attempt = r.tries.prior(j.d.ID).calls + 1
 	j.d.DeliveryAttempt = j.deliveryAttempt()
 	return j
@@ -112,6 +112,9 @@ func (l *lane) end(j *job, res result) {
 	var fx effects
 	l.sh.mu.Lock()
 	l.running = nil
+	if !res.dedup {
+		l.pace = ewma(l.pace, now.Sub(l.busySince))
+	}
 	switch {
 	case res.dedup:
 		fx.add(j, outDeduplicated)
@@ -188,4 +191,13 @@ func (l *lane) due() {
 	l.next(&fx)
 	l.sh.mu.Unlock()
 	l.r.apply(l, &fx)
+}
+
+// ewma folds d into the moving average avg, a quarter at a time; the first
+// sample is taken as it is.
+func ewma(avg, d time.Duration) time.Duration {
+	if avg == 0 {
+		return d
+	}
+	return avg + (d-avg)/4
 }
