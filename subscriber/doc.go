@@ -15,20 +15,35 @@
 // # Order
 //
 // [CreateWithTopic] creates missing topics and subscriptions, the latter
-// with message ordering on (rule S1). Deliveries are hashed by key to
-// worker partitions, so a key's messages run one at a time, in order, while
-// other keys run on other partitions (S3). A message is acked only after
-// its handler returns nil (S4).
+// with message ordering on (rule S1). A key's deliveries run one at a
+// time, in the order they arrive, on the key's partition; other keys run
+// in parallel, up to [WithWorkers] handlers at once (S3). A message is
+// acked only after its handler returns nil (S4).
 //
 // # Failure
 //
-// A failed handler call is retried in place, with backoff. When the
-// attempts run out, the message is nacked together with its key's
-// deliveries queued behind it, which do not run, and the key is held until
-// the service brings the failed message back; other keys go on (S5). The
-// service redelivers a nacked message with every later message of its key,
-// acknowledged ones included; those already processed are acked without
-// running the handler again (S6).
+// A failed handler call is retried after a backoff, while the key waits
+// on a timer and its worker runs other keys. When the message's attempts,
+// counted across deliveries in [Delivery.Attempt], run out, or the
+// handler returns [Permanent], the message is nacked together with its
+// key's queued deliveries, which do not run, and the key is held until the
+// service brings the failed message back; other keys go on (S5, S9). A
+// handler can also ask for its next call after a delay with [RetryAfter].
+// The service redelivers a nacked message with every later message of its
+// key, acknowledged ones included; those already processed are acked
+// without running the handler again (S6). [Subscription.HeldKeys],
+// [Subscription.Stats] and [WithKeyEvents] show what is held, and why.
+//
+// # Room
+//
+// A key that is stuck, failing or slow, cannot fill the official client's
+// flow-control window with its backlog: past [WithKeyBacklog], its
+// deliveries are nacked and come back later, in order (S10).
+//
+// # Settling
+//
+// Every delivery is acked or nacked exactly once, whatever the handler or
+// a callback does, a panic or runtime.Goexit included (S11).
 //
 // # Unordered subscriptions
 //

@@ -17,15 +17,18 @@
 //
 // # Partitions
 //
-// A [Pool] has n partitions. Each owns a bounded queue and one goroutine
-// that runs the queue's tasks one at a time; there is no goroutine per
-// task. A task with a non-empty key goes to partition
-// [ordering.Partition](key, n), a pinned hash, so a key keeps its partition
-// in every process. Tasks with the empty key are not ordered and go to the
-// partitions in turn.
+// A [Pool] has n partitions. A task with a non-empty key goes to partition
+// [ordering.Partition](key, n), a pinned hash, so a key keeps its
+// partition in every process. Tasks with the empty key are not ordered and
+// go to the partitions in turn. The tasks of one partition never run at
+// once, and run in submit order.
 //
-// Keys that share a partition share its goroutine: a slow task delays the
-// other keys of its partition, never those of other partitions.
+// A partition is not a goroutine. Runners, at most [WithConcurrency] of
+// them (n by default), take the partitions that have a task ready, oldest
+// first, one task at a time. A long task holds its own partition and one
+// runner, and delays only the keys of that partition (S9). A partition
+// takes memory only while it has work, so n may be large: the subscriber
+// uses 65,536 partitions over a few runners, so that few keys share one.
 //
 // # Back-pressure
 //
