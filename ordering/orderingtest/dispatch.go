@@ -68,7 +68,6 @@ func (sub *subscription) fill(st *stream, limit int) []*pubsubpb.ReceivedMessage
 					case sub.deadLetterDue(e):
 						sub.loose.pop()
 						sub.forward(e)
-						e.acked = true
 						sub.retain(e)
 					case b.fits(e.msg):
 						sub.loose.pop()
@@ -94,9 +93,12 @@ func (sub *subscription) deliverKey(b *batch, k *keyState) bool {
 	defer sub.forget(k)
 	for k.pending() {
 		e := k.queue[k.next]
+		if e.gone {
+			k.next++
+			continue
+		}
 		if sub.deadLetterDue(e) {
 			sub.forward(e)
-			e.acked = true
 			k.next++
 			continue
 		}
@@ -201,12 +203,14 @@ func (sub *subscription) deadLetterDue(e *entry) bool {
 	return dlp != nil && e.failures >= int(dlp.GetMaxDeliveryAttempts())
 }
 
-// forward publishes e to the dead-letter topic and settles it here. The
-// service does this on a best-effort basis and warns that order may not be
-// preserved: the key's later messages go on without e, and e reaches the
-// dead-letter topic on its own. If the dead-letter topic no longer exists
-// the message is dropped.
+// forward publishes e to the dead-letter topic and removes it from the
+// subscription for good: it counts as acknowledged and is gone, so no tail
+// redelivery brings it back. The service does this on a best-effort basis
+// and warns that order may not be preserved: the key's later messages go on
+// without e, and e reaches the dead-letter topic on its own. If the
+// dead-letter topic no longer exists the message is dropped.
 func (sub *subscription) forward(e *entry) {
+	e.acked, e.gone = true, true
 	sub.stats.DeadLettered++
 	if t := sub.srv.topics[sub.deadLetterPolicy().GetDeadLetterTopic()]; t != nil {
 		sub.srv.publishLocked(t, []*pubsubpb.PubsubMessage{e.msg.proto})

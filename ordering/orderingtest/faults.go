@@ -144,9 +144,10 @@ func (s *Server) DuplicateDeliveries(match Match, times int) *Fault {
 // RedeliverKey makes the service's tail redelivery happen now for key on the
 // ordered subscription sub: every message of the key delivered since its
 // oldest unacknowledged one, acknowledged messages included, is delivered
-// again in order, as after a server restart or a lost acknowledgment. It
-// returns how many messages will be delivered again: 0 if none of the key's
-// messages are held.
+// again in order, as after a server restart or a lost acknowledgment.
+// Messages forwarded to a dead-letter topic are not: the service removed
+// them from the subscription. It returns how many messages will be
+// delivered again: 0 if none of the key's messages are held.
 func (s *Server) RedeliverKey(sub, key string) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -161,7 +162,7 @@ func (s *Server) RedeliverKey(sub, key string) (int, error) {
 	if k == nil || k.next == 0 {
 		return 0, nil
 	}
-	n := k.next
+	n := k.delivered()
 	ss.rewind(k, 0)
 	ss.route(k)
 	s.changedLocked()

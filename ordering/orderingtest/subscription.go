@@ -214,12 +214,15 @@ func (sub *subscription) fail(l *lease) {
 // redelivers every later message of the key along with a redelivered one,
 // acknowledged or not. Their outstanding leases are revoked, so acks with
 // the old ack IDs are ignored and the new deliveries need acks of their own.
+// Messages that are gone stay acknowledged, and deliverKey skips them.
 func (sub *subscription) rewind(k *keyState, i int) {
 	for _, e := range k.queue[i:k.next] {
 		if e.lease != nil {
 			sub.settle(e.lease)
 		}
-		e.acked = false
+		if !e.gone {
+			e.acked = false
+		}
 	}
 	k.next = i
 }
