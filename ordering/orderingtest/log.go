@@ -3,6 +3,7 @@ package orderingtest
 import (
 	"bytes"
 	"maps"
+	"slices"
 	"time"
 )
 
@@ -110,4 +111,12 @@ func (s *Server) Stats(sub string) Stats {
 	st.Outstanding = len(ss.leases)
 	st.Streams = len(ss.streams)
 	return st
+}
+
+// Subscriptions returns the names of the subscriptions that exist now, in
+// every project, sorted. A deleted subscription is not listed.
+func (s *Server) Subscriptions() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.subs))
 }

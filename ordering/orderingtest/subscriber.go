@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
 
@@ -32,6 +33,12 @@ func (svc subscriberService) CreateSubscription(_ context.Context, req *pubsubpb
 	}
 	if dlp := p.GetDeadLetterPolicy(); dlp != nil && s.topics[dlp.GetDeadLetterTopic()] == nil {
 		return nil, status.Errorf(codes.NotFound, "orderingtest: dead-letter topic %s not found", dlp.GetDeadLetterTopic())
+	}
+	// Output only: the topic's retention, which decides how far back Seek
+	// can reach whatever the subscription's own settings.
+	p.TopicMessageRetentionDuration = nil
+	if t.retention > 0 {
+		p.TopicMessageRetentionDuration = durationpb.New(t.retention)
 	}
 	s.nextSub++
 	sub := newSubscription(s, p, t, s.nextSub)
