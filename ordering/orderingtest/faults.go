@@ -29,7 +29,9 @@ type faultKind int
 const (
 	failPublish faultKind = iota
 	holdPublish
+	loseResponse
 	dropAck
+	failAck
 	duplicate
 )
 
@@ -40,7 +42,7 @@ type Fault struct {
 	srv     *Server
 	kind    faultKind
 	match   Match
-	code    codes.Code    // failPublish
+	code    codes.Code    // failPublish, loseResponse
 	left    int           // firings left; < 0: until Remove
 	release chan struct{} // holdPublish: closed by Remove
 	hits    int           // guarded by srv.mu
@@ -115,6 +117,20 @@ func (s *Server) takeFaultLocked(kind faultKind, msgs ...*pubsubpb.PubsubMessage
 // on the service. times <= 0 means every such request until Remove.
 func (s *Server) FailPublish(match Match, code codes.Code, times int) *Fault {
 	return s.addFault(&Fault{kind: failPublish, match: match, code: code, left: times})
+}
+
+// LosePublishResponses makes the next times Publish requests that carry a
+// message matching match store their messages and then fail with code, as
+// when the service stored a request whose response never reached the
+// client: a deadline ran out or a connection broke on the way back. A
+// client that retries the request (the official one retries Unavailable,
+// DeadlineExceeded and other transient codes) stores the messages again,
+// under new message IDs: the duplicates Pub/Sub documents for publish
+// retries, which even exactly-once delivery does not remove. With a code
+// the client does not retry, the caller sees a failure for messages that
+// were stored. times <= 0 means every such request until Remove.
+func (s *Server) LosePublishResponses(match Match, code codes.Code, times int) *Fault {
+	return s.addFault(&Fault{kind: loseResponse, match: match, code: code, left: times})
 }
 
 // HoldPublish holds every Publish request that carries a matching message
