@@ -153,7 +153,7 @@ func (sub *subscription) deliver(b *batch, e *entry) {
 	}
 	b.msgs = append(b.msgs, sub.received(l.ackID, e))
 	sub.record(b.now, l.ackID, e, st, keyOutstanding, false)
-	if s.takeFaultLocked(duplicate, e.msg.proto) != nil {
+	if !sub.exactlyOnce() && s.takeFaultLocked(duplicate, e.msg.proto) != nil {
 		// A duplicate, as at-least-once delivery allows. It follows the
 		// original at once, so key order still holds; its ack ID leads
 		// nowhere, like a stale one, and acks with it are ignored.

@@ -43,6 +43,7 @@ type Fault struct {
 	kind    faultKind
 	match   Match
 	code    codes.Code    // failPublish, loseResponse
+	failure AckFailure    // failAck
 	left    int           // firings left; < 0: until Remove
 	release chan struct{} // holdPublish: closed by Remove
 	hits    int           // guarded by srv.mu
@@ -145,14 +146,18 @@ func (s *Server) HoldPublish(match Match) *Fault {
 // not applied, as when the service's best-effort acknowledgment did not
 // persist: the lease runs out and the message, with its key's tail on an
 // ordered subscription, is delivered again. times <= 0 means until Remove.
-// Use WithAckDeadline to make the redelivery come quickly.
+// Use WithAckDeadline to make the redelivery come quickly. It does not
+// apply to subscriptions with exactly-once delivery, whose successful acks
+// are final; FailAcks makes their acks fail.
 func (s *Server) DropAcks(match Match, times int) *Fault {
 	return s.addFault(&Fault{kind: dropAck, match: match, left: times})
 }
 
 // DuplicateDeliveries makes the next times deliveries of matching messages
 // come twice in a row, the second time with an ack ID that acks nothing, as
-// at-least-once delivery allows. times <= 0 means until Remove.
+// at-least-once delivery allows. times <= 0 means until Remove. It does not
+// apply to subscriptions with exactly-once delivery, which never resend a
+// message while its lease holds.
 func (s *Server) DuplicateDeliveries(match Match, times int) *Fault {
 	return s.addFault(&Fault{kind: duplicate, match: match, left: times})
 }

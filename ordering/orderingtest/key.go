@@ -10,8 +10,10 @@ type entry struct {
 	// gone marks a message the subscription holds no more although it is
 	// still in its key's queue, behind an earlier unacknowledged message:
 	// one forwarded to the dead-letter topic, which the service removes
-	// from the subscription. A tail redelivery skips it and leaves it
-	// acknowledged, so it is neither delivered nor forwarded again.
+	// from the subscription, or one acknowledged on an exactly-once
+	// subscription, which the service never resends. A tail redelivery
+	// skips it and leaves it acknowledged, so it is neither delivered nor
+	// forwarded again.
 	gone     bool
 	failures int    // nacks and expired leases: the delivery attempt is failures+1
 	lease    *lease // non-nil while a delivery is outstanding

@@ -190,23 +190,34 @@ func (svc subscriberService) ModifyAckDeadline(_ context.Context, req *pubsubpb.
 		return nil, invalid("ack deadline %d s outside [0, %d]", secs, maxAckDeadlineSecs)
 	}
 	d := time.Duration(secs) * time.Second
-	return svc.s.eachAckID(req.GetSubscription(), req.GetAckIds(), func(sub *subscription, id string) {
-		sub.modifyAckDeadline(id, d)
+	return svc.s.eachAckID(req.GetSubscription(), req.GetAckIds(), func(sub *subscription, id string) AckFailure {
+		return sub.modifyAckDeadline(id, d)
 	})
 }
 
-// eachAckID applies apply to every ack ID of a request to subscription name.
-func (s *Server) eachAckID(name string, ids []string, apply func(*subscription, string)) (*emptypb.Empty, error) {
+// eachAckID applies apply to every ack ID of a request to subscription
+// name. An exactly-once subscription reports the ack IDs that failed, in
+// the service's format; others accept every ack ID.
+func (s *Server) eachAckID(name string, ids []string, apply func(*subscription, string) AckFailure) (*emptypb.Empty, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sub, err := s.subscriptionLocked(name)
 	if err != nil {
 		return nil, err
 	}
+	var failed map[string]AckFailure
 	for _, id := range ids {
-		apply(sub, id)
+		if why := apply(sub, id); why != "" {
+			if failed == nil {
+				failed = map[string]AckFailure{}
+			}
+			failed[id] = why
+		}
 	}
 	s.changedLocked()
+	if len(failed) > 0 && sub.exactlyOnce() {
+		return nil, ackError(failed)
+	}
 	return &emptypb.Empty{}, nil
 }
 
