@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
@@ -95,6 +96,20 @@ func NewServer(opts ...Option) *Server {
 	if err != nil {
 		panic(err)
 	}
+	return s
+}
+
+// Start starts a server for the length of a test or benchmark: it fails
+// tb at once if New fails, and closes the server when tb ends, after the
+// cleanups registered later (so a client made afterwards and closed with
+// tb.Cleanup closes first).
+func Start(tb testing.TB, opts ...Option) *Server {
+	tb.Helper()
+	s, err := New(opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = s.Close() })
 	return s
 }
 
