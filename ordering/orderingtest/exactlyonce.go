@@ -7,43 +7,39 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Exactly-once delivery
+// An AckFailure is the reason a subscription with exactly-once delivery
+// gives for one ack ID that failed.
 //
-// On a subscription with enable_exactly_once_delivery the service promises
-// that "the message sent to a subscriber is guaranteed not to be resent
-// before the message's acknowledgment deadline expires" and that "an
-// acknowledged message will not be resent to a subscriber" (the
-// Subscription reference). It keeps those promises by checking every ack
-// ID it is sent, and it tells the client which ones failed: Acknowledge and
-// ModifyAckDeadline fail with INVALID_ARGUMENT and an ErrorInfo detail
-// whose reason is EXACTLY_ONCE_ACKID_FAILURE and whose metadata maps each
-// failed ack ID to why it failed. The official client reads that map to
-// complete each AckResult: an ID whose reason starts with TRANSIENT_ is sent
-// again; PERMANENT_FAILURE_INVALID_ACK_ID completes it with
+// On such a subscription the service promises that "the message sent to a
+// subscriber is guaranteed not to be resent before the message's
+// acknowledgment deadline expires" and that "an acknowledged message will
+// not be resent to a subscriber" (the Subscription reference). It keeps
+// those promises by checking every ack ID it is sent, and says which ones
+// failed: Acknowledge and ModifyAckDeadline fail with INVALID_ARGUMENT and
+// an ErrorInfo detail whose reason is EXACTLY_ONCE_ACKID_FAILURE and whose
+// metadata maps each failed ack ID to an AckFailure. The official client
+// reads that map to complete each AckResult (Message.AckWithResult): an ack
+// ID whose reason starts with TRANSIENT_ is sent again, and
+// PERMANENT_FAILURE_INVALID_ACK_ID completes the result with
 // AcknowledgeStatusInvalidAckID.
 //
-// The server models this as follows:
+// The server models it so:
 //
 //   - An ack, nack or deadline extension of an ack ID whose lease is gone
 //     fails with PermanentAckFailure: the lease expired, a redelivery
-//     superseded it (a nack of an earlier message of its key, RedeliverKey,
-//     Seek), it was acked already, or it was never issued.
-//   - A successful ack is final: no tail redelivery brings the message back,
-//     and DropAcks does not apply.
-//   - FailAcks makes an ack fail on request.
-//   - DuplicateDeliveries does not apply.
+//     superseded it (a nack of an earlier message of its key,
+//     [Server.RedeliverKey], Seek), it was acked already, or it was never
+//     issued.
+//   - A successful ack is final: no tail redelivery resends the message,
+//     and [Server.DropAcks] does not apply.
+//   - [Server.FailAcks] makes an ack fail on request.
+//   - [Server.DuplicateDeliveries] does not apply.
 //
 // The ack IDs of a request that did not fail take effect, and the error
 // lists only those that failed, as the service's does. The official Go
 // client nonetheless completes the others with AcknowledgeStatusOther,
 // because the request as a whole failed: a failed AckResult does not prove
-// that the ack was lost, just as against the service.
-//
-// Acks sent on a StreamingPull stream are applied in the same way, but the
-// stream's acknowledge confirmations are not sent.
-
-// An AckFailure is the reason an exactly-once subscription gives for one ack
-// ID that failed: the value of its entry in the error's ErrorInfo metadata.
+// that the ack was lost, here as against the service.
 type AckFailure string
 
 const (
