@@ -23,9 +23,12 @@ import (
 // in the transport.
 const maxRecvBytes = 20 << 20
 
-// Server is an in-process Pub/Sub server on a loopback port. Dial Addr
-// without TLS or credentials, as an emulator. All its methods are safe for
-// concurrent use.
+// Server is an in-process Pub/Sub server, on a free loopback port unless
+// WithAddress says otherwise. Clients dial Addr without TLS or credentials,
+// as an emulator: Client and ClientOptions do that for the official one.
+// Close it when done; Start does that at the end of a test. All its
+// methods are safe for concurrent use, and they may be called after Close,
+// when they report the state the server was left in.
 type Server struct {
 	// Addr is the "host:port" the server listens on.
 	Addr string
