@@ -63,6 +63,7 @@ func TestExactlyOnceSupersededAck(t *testing.T) {
 	assert.Equal(t, pubsub.AcknowledgeStatusSuccess, recv(t, results, "the redelivery's ack"))
 	assert.Equal(t, pubsub.AcknowledgeStatusInvalidAckID, f.ackResult(stale))
 	assert.Equal(t, []int{1, 1}, f.seqs(f.sub))
+	assert.Equal(t, 1, f.srv.Stats(f.sub).AckFailures)
 	assert.Equal(t, 1, f.srv.Stats(f.sub).Acked)
 }
 
@@ -215,6 +216,7 @@ func TestExactlyOnceAckErrorFormat(t *testing.T) {
 		assert.Equal(t, want, info.Metadata, call.name)
 	}
 	assert.Equal(t, 1, f.srv.Stats(f.sub).Acked, "the valid ack ID took effect")
+	assert.Equal(t, 5, f.srv.Stats(f.sub).AckFailures, "2 ack IDs failed in the first call, 3 in the second")
 	assert.Zero(t, dup.Hits())
 
 	plain := f.pullNow(subName("plain"), 10)

@@ -50,6 +50,7 @@ type Stats struct {
 	Duplicated    int // copies sent by DuplicateDeliveries
 	Acked         int // acks applied; dropped and stale ones are not counted
 	Nacked        int // leases ended by a ModifyAckDeadline of 0
+	AckFailures   int // ack IDs of acks and modacks an exactly-once subscription failed (see AckFailure)
 	Expired       int // leases that ran out
 	DeadLettered  int // messages forwarded to the dead-letter topic
 	Outstanding   int // leases held now

@@ -216,6 +216,7 @@ func (s *Server) eachAckID(name string, ids []string, apply func(*subscription, 
 	}
 	s.changedLocked()
 	if len(failed) > 0 && sub.exactlyOnce() {
+		sub.stats.AckFailures += len(failed)
 		return nil, ackError(failed)
 	}
 	return &emptypb.Empty{}, nil
