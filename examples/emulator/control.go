@@ -51,7 +51,11 @@ func controlHandler(srv *orderingtest.Server, fs *faults) http.Handler {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("GET /subscriptions", func(w http.ResponseWriter, _ *http.Request) {
-		reply(w, http.StatusOK, srv.Subscriptions())
+		subs := srv.Subscriptions()
+		if subs == nil {
+			subs = []string{} // [], not null
+		}
+		reply(w, http.StatusOK, subs)
 	})
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
 		sub, err := oneSubscription(srv, r.URL.Query().Get("sub"))

@@ -235,6 +235,9 @@ func TestScheduledFaults(t *testing.T) {
 func TestControlEndpoint(t *testing.T) {
 	t.Parallel()
 	e := startFake(t, "-control=127.0.0.1:0")
+	var list []status
+	require.Equal(t, http.StatusOK, e.do("GET", "/faults", "", &list))
+	assert.NotNil(t, list, "[], not null")
 
 	// A hold keeps a publish waiting until it is removed.
 	var hold status

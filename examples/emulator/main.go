@@ -14,7 +14,7 @@
 //
 // With -fake only:
 //
-//	-ack-deadline D    every lease lasts D, whatever clients ask (default 0: as asked,
+//	-ack-deadline D    every lease lasts D, at most 10m, whatever clients ask (default 0: as asked,
 //	                   10 s to 600 s); e.g. 500ms makes an unacked message come back fast
 //	-response-size N   messages per StreamingPull response, 1 to 1000 (default 1000)
 //	-fault SPEC        inject a fault, on a schedule; repeatable
