@@ -1,14 +1,69 @@
 // Command emulator runs a Pub/Sub server on a port as a standalone
-// process, so that keyorder's examples can run as separate processes that
-// share it: pstest, the official fake, by default, or with -fake
-// ordering/orderingtest, which models ordering the way the service does
-// (several messages of a key outstanding at once, keys moving between
-// streams only when idle, whole tails redelivered). It prints the
-// PUBSUB_EMULATOR_HOST line to use, and serves until SIGINT or SIGTERM.
+// process, for keyorder's examples and for tests in any language: pstest,
+// the official fake, by default, or with -fake ordering/orderingtest, which
+// models ordering the way the service does (several messages of a key
+// outstanding at once, keys moving between streams only when idle, whole
+// tails redelivered) and injects faults. It prints the PUBSUB_EMULATOR_HOST
+// line to use, and serves until SIGINT or SIGTERM.
 //
-// Flags: -port (default 8085, as gcloud's emulator; 0 picks a free one),
-// -host (default localhost; 0.0.0.0 serves every interface, as a container
-// needs) and -fake.
+// # Flags
+//
+//	-port N            port to listen on (default 8085, as gcloud's emulator; 0 picks one)
+//	-host H            host or IP (default localhost; 0.0.0.0 serves every interface, as a container needs)
+//	-fake              serve ordering/orderingtest instead of pstest
+//
+// With -fake only:
+//
+//	-ack-deadline D    every lease lasts D, at most 10m, whatever clients ask (default 0: as asked,
+//	                   10 s to 600 s); e.g. 500ms makes an unacked message come back fast
+//	-response-size N   messages per StreamingPull response, 1 to 1000 (default 1000)
+//	-fault SPEC        inject a fault, on a schedule; repeatable
+//	-control ADDR      serve the HTTP control endpoint on ADDR, e.g. localhost:8086
+//
+// # Faults
+//
+// A SPEC is a kind, then comma-separated NAME=VALUE pairs; values may be
+// percent-encoded (%2C for a comma). The kinds are the fault methods of
+// orderingtest.Server:
+//
+//	fail-publish            a publish fails and stores nothing          key|data, code, times, for
+//	lose-publish-response   a publish is stored, then fails             key|data, code, times, for
+//	hold-publish            publishes wait until the fault is removed   key|data, for
+//	drop-acks               acks do not persist                         key|data, times, for
+//	fail-acks               exactly-once acks fail                      key|data, failure, times, for
+//	duplicate-deliveries    a message comes twice                       key|data, times, for
+//	redeliver-key           a key's tail is redelivered now             key (required), sub
+//	break-streams           open streams end with Unavailable           sub
+//
+// key=K and data=D choose the messages a fault applies to (default every
+// message). code is a gRPC code name (default unavailable; e.g.
+// deadline-exceeded, permission-denied). failure is transient or permanent
+// (default permanent). times is how many firings (default 1; 0 until
+// removed). sub is a subscription's full name or its ID in any project
+// (default every subscription). Every kind also takes at=D, to apply it D
+// after start (default at once), and every=D, to apply it again every D;
+// for=D removes each fault D after it was made, which ends a hold.
+//
+//	-fault 'break-streams,every=10s'
+//	-fault 'redeliver-key,key=c-01,sub=orders-billing,at=5s'
+//	-fault 'lose-publish-response,key=c-02,times=2'
+//	-fault 'hold-publish,key=c-03,at=2s,for=3s'
+//
+// # Control endpoint
+//
+// With -control, an HTTP endpoint injects faults and reports counters on
+// request, for tests that drive the emulator from outside:
+//
+//	curl -d 'redeliver-key,key=c-01' localhost:8086/faults  # apply now: {"id":1,"spec":...,"applied":1,"hits":0,"result":3}
+//	curl localhost:8086/faults                              # every spec: applied, hits (firings), result
+//	curl -X DELETE localhost:8086/faults/1                  # stop a spec and remove its faults
+//	curl localhost:8086/subscriptions                       # ["projects/p/subscriptions/s", ...]
+//	curl 'localhost:8086/stats?sub=orders-billing'          # {"Delivered":12,"Acked":10,...}
+//
+// result is the number of messages redelivered or streams broken; stats
+// are the fields of orderingtest.Stats.
+//
+// # Several processes
 //
 // One publisher and two subscriber processes on one subscription, with
 // per-key order kept across both. Start the emulator (drop -fake for
@@ -39,10 +94,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
 	"syscall"
+	"time"
 
 	"cloud.google.com/go/pubsub/v2/pstest"
 
@@ -60,12 +117,32 @@ func main() {
 	}
 }
 
+// specs collects repeated -fault flags, parsed as they come.
+type specs []faultSpec
+
+func (s *specs) String() string { return fmt.Sprint(len(*s), " faults") }
+func (s *specs) Set(v string) error {
+	f, err := parseFault(v)
+	if err == nil {
+		*s = append(*s, f)
+	}
+	return err
+}
+
+// fakeFlags are the flags that need -fake.
+var fakeFlags = []string{"ack-deadline", "response-size", "fault", "control"}
+
 // run serves until ctx ends, then closes the server.
 func run(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("emulator", flag.ContinueOnError)
 	port := fs.Int("port", 8085, "port to listen on; 0 picks a free one")
 	host := fs.String("host", "localhost", "host or IP to listen on; 0.0.0.0 or :: for every interface")
 	fake := fs.Bool("fake", false, "serve ordering/orderingtest instead of pstest")
+	ackDeadline := fs.Duration("ack-deadline", 0, "with -fake: every lease lasts this long (0: as clients ask)")
+	responseSize := fs.Int("response-size", 1000, "with -fake: messages per StreamingPull response, 1 to 1000")
+	var faults specs
+	fs.Var(&faults, "fault", "with -fake: a fault `SPEC` to inject; repeatable (see go doc)")
+	control := fs.String("control", "", "with -fake: serve the HTTP control endpoint on this `address`")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -73,14 +150,93 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	addr := net.JoinHostPort(*host, strconv.Itoa(*port))
-	name, srv, err := listen(addr, *fake)
+	if !*fake {
+		var err error
+		fs.Visit(func(f *flag.Flag) {
+			for _, name := range fakeFlags {
+				if f.Name == name {
+					err = fmt.Errorf("-%s needs -fake", name)
+				}
+			}
+		})
+		if err != nil {
+			return err
+		}
+		return servePstest(ctx, addr, out)
+	}
+	srv, err := orderingtest.New(orderingtest.WithAddress(addr),
+		orderingtest.WithAckDeadline(*ackDeadline), orderingtest.WithResponseSize(*responseSize))
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "%s serving on %s; in another shell:\nexport %s=%s\n", name, srv.addr, harness.EmulatorEnv, dialAddr(srv.addr))
+	return serveFake(ctx, srv, faults, *control, out)
+}
+
+// servePstest serves pstest on addr until ctx ends.
+func servePstest(ctx context.Context, addr string, out io.Writer) (err error) {
+	// pstest panics when it cannot listen; report that as the error it is.
+	var srv *pstest.Server
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("pstest: %v", r)
+			}
+		}()
+		srv = pstest.NewServerWithAddress(addr)
+	}()
+	if err != nil {
+		return err
+	}
+	announce(out, "pstest", srv.Addr)
 	<-ctx.Done()
-	fmt.Fprintf(out, "%s stopping\n", name)
+	fmt.Fprintln(out, "pstest stopping")
 	return srv.Close()
+}
+
+// serveFake serves srv, injects faults, and serves the control endpoint
+// on control unless it is empty, until ctx ends. It closes srv.
+func serveFake(ctx context.Context, srv *orderingtest.Server, faults []faultSpec, control string, out io.Writer) error {
+	defer srv.Close()
+	var lis net.Listener
+	if control != "" {
+		var err error
+		if lis, err = net.Listen("tcp", control); err != nil {
+			return fmt.Errorf("control endpoint: %w", err)
+		}
+	}
+	announce(out, "orderingtest", srv.Addr)
+	injected := newFaults(srv)
+	defer injected.close() // before srv.Close: no fault is applied to a closed server
+	var httpSrv *http.Server
+	served := make(chan error, 1)
+	if lis != nil {
+		httpSrv = &http.Server{Handler: controlHandler(srv, injected), ReadHeaderTimeout: 10 * time.Second}
+		go func() { served <- httpSrv.Serve(lis) }()
+		fmt.Fprintf(out, "control endpoint on http://%s\n", dialAddr(lis.Addr().String()))
+	}
+	for _, f := range faults {
+		st := injected.add(f)
+		fmt.Fprintf(out, "fault %d: %s\n", st.ID, st.Spec)
+	}
+
+	<-ctx.Done()
+	fmt.Fprintln(out, "orderingtest stopping")
+	if httpSrv == nil {
+		return nil
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := httpSrv.Shutdown(shutdown)
+	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	return err
+}
+
+// announce prints where the server listens and the line that points
+// clients at it.
+func announce(out io.Writer, name, addr string) {
+	fmt.Fprintf(out, "%s serving on %s; in another shell:\nexport %s=%s\n", name, addr, harness.EmulatorEnv, dialAddr(addr))
 }
 
 // dialAddr is the address a client on this machine dials to reach a server
@@ -94,28 +250,4 @@ func dialAddr(addr string) string {
 		return net.JoinHostPort("localhost", port)
 	}
 	return addr
-}
-
-// server is either kind of server.
-type server struct {
-	io.Closer
-	addr string
-}
-
-func listen(addr string, fake bool) (name string, srv server, err error) {
-	if fake {
-		s, err := orderingtest.New(orderingtest.WithAddress(addr))
-		if err != nil {
-			return "", server{}, err
-		}
-		return "fakepubsub", server{s, s.Addr}, nil
-	}
-	// pstest panics when it cannot listen; report that as the error it is.
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("pstest: %v", r)
-		}
-	}()
-	s := pstest.NewServerWithAddress(addr)
-	return "pstest", server{s, s.Addr}, nil
 }

@@ -30,9 +30,9 @@ func TestServes(t *testing.T) {
 		everywhere bool // listening on every interface
 	}{
 		{"pstest", []string{"-port=0"}, false},
-		{"fakepubsub", []string{"-port=0", "-fake"}, false},
+		{"orderingtest", []string{"-port=0", "-fake"}, false},
 		{"pstest", []string{"-port=0", "-host=0.0.0.0"}, true},
-		{"fakepubsub", []string{"-port=0", "-fake", "-host=0.0.0.0"}, true},
+		{"orderingtest", []string{"-port=0", "-fake", "-host=0.0.0.0"}, true},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			t.Parallel()

@@ -90,14 +90,10 @@ func Open(ctx context.Context) (c *pubsub.Client, where string, closeAll func(),
 }
 
 // Fake starts an ordering/orderingtest server with the given options for the
-// length of a test and returns it with a connected client. The client is
-// closed before the server.
+// length of a test and returns it with a connected client of Project. The
+// client is closed before the server.
 func Fake(t testing.TB, opts ...orderingtest.Option) (*orderingtest.Server, *pubsub.Client) {
 	t.Helper()
-	srv, err := orderingtest.New(opts...)
-	if err != nil {
-		t.Fatalf("harness: start fakepubsub: %v", err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
+	srv := orderingtest.Start(t, opts...)
 	return srv, Client(t, srv.Addr)
 }

@@ -1,6 +1,7 @@
 package orderingtest_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -161,3 +162,82 @@ func seekSnapshotErr(f *fixture) error {
 	})
 	return err
 }
+
+// TestSubscriptionLifecycle: the expiration policy and retention are
+// validated and reported as the service does, the topic's retention is
+// reported on its subscriptions, and ListTopicSubscriptions forgets a
+// deleted subscription.
+func TestSubscriptionLifecycle(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	sc := f.client.SubscriptionAdminClient
+	day := 24 * time.Hour
+	kept := topicName("kept")
+	f.createTopic(&pubsubpb.Topic{Name: kept, MessageRetentionDuration: durationpb.New(2 * day)})
+
+	for _, tc := range []struct {
+		name      string
+		sub       *pubsubpb.Subscription
+		code      codes.Code
+		ttl       *time.Duration // reported; nil: never expires
+		retention time.Duration  // reported
+		topicKeep time.Duration  // reported topic_message_retention_duration
+	}{
+		{name: "defaults", sub: &pubsubpb.Subscription{Topic: f.topic},
+			ttl: ptr(31 * day), retention: 7 * day},
+		{name: "shortest expiry", sub: &pubsubpb.Subscription{Topic: kept,
+			MessageRetentionDuration: durationpb.New(10 * time.Minute),
+			ExpirationPolicy:         &pubsubpb.ExpirationPolicy{Ttl: durationpb.New(day)}},
+			ttl: ptr(day), retention: 10 * time.Minute, topicKeep: 2 * day},
+		{name: "never expires", sub: &pubsubpb.Subscription{Topic: f.topic, ExpirationPolicy: &pubsubpb.ExpirationPolicy{}},
+			retention: 7 * day},
+		{name: "longest retention", sub: &pubsubpb.Subscription{Topic: f.topic,
+			MessageRetentionDuration: durationpb.New(31 * day)}, ttl: ptr(31 * day), retention: 31 * day},
+		{name: "retention over 31 days", sub: &pubsubpb.Subscription{Topic: f.topic,
+			MessageRetentionDuration: durationpb.New(32 * day)}, code: codes.InvalidArgument},
+		{name: "ttl under a day", sub: &pubsubpb.Subscription{Topic: f.topic,
+			MessageRetentionDuration: durationpb.New(time.Hour),
+			ExpirationPolicy:         &pubsubpb.ExpirationPolicy{Ttl: durationpb.New(12 * time.Hour)}}, code: codes.InvalidArgument},
+		{name: "ttl under the retention", sub: &pubsubpb.Subscription{Topic: f.topic,
+			ExpirationPolicy: &pubsubpb.ExpirationPolicy{Ttl: durationpb.New(day)}}, code: codes.InvalidArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.sub.Name = subName("life-" + strings.ReplaceAll(tc.name, " ", "-"))
+			_, err := sc.CreateSubscription(f.ctx, tc.sub)
+			require.Equal(t, tc.code, status.Code(err), "%v", err)
+			if tc.code != codes.OK {
+				return
+			}
+			got, err := sc.GetSubscription(f.ctx, &pubsubpb.GetSubscriptionRequest{Subscription: tc.sub.Name})
+			require.NoError(t, err)
+			require.NotNil(t, got.ExpirationPolicy, "the policy is always reported")
+			if tc.ttl == nil {
+				assert.Nil(t, got.ExpirationPolicy.Ttl)
+			} else {
+				assert.Equal(t, *tc.ttl, got.ExpirationPolicy.Ttl.AsDuration())
+			}
+			assert.Equal(t, tc.retention, got.MessageRetentionDuration.AsDuration())
+			assert.Equal(t, tc.topicKeep, got.TopicMessageRetentionDuration.AsDuration())
+		})
+	}
+
+	list := func(topic string) []string {
+		var names []string
+		it := f.client.TopicAdminClient.ListTopicSubscriptions(f.ctx, &pubsubpb.ListTopicSubscriptionsRequest{Topic: topic})
+		for {
+			name, err := it.Next()
+			if err == iterator.Done {
+				return names
+			}
+			require.NoError(t, err)
+			names = append(names, name)
+		}
+	}
+	require.Equal(t, []string{subName("life-shortest-expiry")}, list(kept))
+	require.NoError(t, sc.DeleteSubscription(f.ctx, &pubsubpb.DeleteSubscriptionRequest{Subscription: subName("life-shortest-expiry")}))
+	assert.Empty(t, list(kept))
+	assert.NotContains(t, f.srv.Subscriptions(), subName("life-shortest-expiry"))
+	assert.Contains(t, f.srv.Subscriptions(), f.sub)
+}
+
+func ptr[T any](v T) *T { return &v }

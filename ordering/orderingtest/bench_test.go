@@ -27,7 +27,7 @@ var pstestPerKey = flag.Int("pstest-per-key", 5, "messages per key in BenchmarkO
 // client with default ReceiveSettings: 200 keys, published before the
 // clock starts, received and acked until every message has been handled.
 //
-// With default settings fakepubsub is bound by flow control, as the service
+// With default settings orderingtest is bound by flow control, as the service
 // would be: at most 1000 messages outstanding per stream (the client's
 // MaxOutstandingMessages), and the client sends acks every 100 ms, so about
 // 10,000 messages a second. The "unlimited" case lifts the limit to show
@@ -44,8 +44,8 @@ func BenchmarkOrderedReceive(b *testing.B) {
 		settings pubsub.ReceiveSettings
 	}{
 		{"pstest", *pstestPerKey, pstestClient, pubsub.DefaultReceiveSettings},
-		{"fakepubsub", 50, fakeClient, pubsub.DefaultReceiveSettings},
-		{"fakepubsub-unlimited", 50, fakeClient, unlimited},
+		{"orderingtest", 50, fakeClient, pubsub.DefaultReceiveSettings},
+		{"orderingtest-unlimited", 50, fakeClient, unlimited},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			client := c.client(b)
@@ -61,9 +61,9 @@ func BenchmarkOrderedReceive(b *testing.B) {
 			b.ReportMetric(rate, "msgs/s")
 		})
 	}
-	if rates["pstest"] > 0 && rates["fakepubsub"] > 0 {
+	if rates["pstest"] > 0 && rates["orderingtest"] > 0 {
 		// Printed with -v.
-		b.Logf("fakepubsub receives %.0fx as many messages per second as pstest", rates["fakepubsub"]/rates["pstest"])
+		b.Logf("orderingtest receives %.0fx as many messages per second as pstest", rates["orderingtest"]/rates["pstest"])
 	}
 }
 

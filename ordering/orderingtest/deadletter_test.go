@@ -8,6 +8,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestDeadLetter: a message nacked on every attempt is delivered
@@ -81,4 +82,62 @@ func TestDeliveryAttemptNeedsPolicy(t *testing.T) {
 	})
 	f.publish(f.topic, []string{"k"}, 0, 1)
 	assert.Nil(t, recv(t, got, "a message").DeliveryAttempt)
+}
+
+// TestDeadLetteredStaysGone: the service removes a forwarded message from
+// the subscription, so a later redelivery of its key's tail neither
+// delivers it again nor forwards it a second time. k/2 is dead-lettered
+// while k/1 is still outstanding, which keeps k/2 in the key's tail; then
+// the tail is redelivered.
+func TestDeadLetteredStaysGone(t *testing.T) {
+	t.Parallel()
+	dlq := topicName("dead")
+	f := newFixture(t, nil)
+	f.createTopic(&pubsubpb.Topic{Name: dlq})
+	src := subName("src")
+	f.createSubscription(&pubsubpb.Subscription{
+		Name: src, Topic: f.topic, EnableMessageOrdering: true,
+		DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{DeadLetterTopic: dlq, MaxDeliveryAttempts: 5},
+	})
+
+	held := make(chan *pubsub.Message, 1)
+	var mu sync.Mutex
+	var firsts int
+	f.receive(src, nil, func(_ context.Context, m *pubsub.Message) {
+		switch _, seq := parse(t, m.Data); seq {
+		case 1:
+			mu.Lock()
+			firsts++
+			n := firsts
+			mu.Unlock()
+			if n == 1 {
+				held <- m // left outstanding until k/2 is dead-lettered
+				return
+			}
+			m.Ack()
+		default:
+			m.Nack()
+		}
+	})
+	f.publish(f.topic, []string{"k"}, 0, 2)
+	first := recv(t, held, "k/1")
+	f.waitFor("k/2 dead-lettered", func() bool { return f.srv.Stats(src).DeadLettered == 1 })
+
+	n, err := f.srv.RedeliverKey(src, "k")
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "only k/1 is left to deliver again")
+	f.waitFor("k/1 acked", func() bool {
+		st := f.srv.Stats(src)
+		return st.Acked == 1 && st.Outstanding == 0
+	})
+	first.Ack() // stale: its lease was revoked by the redelivery
+	assert.Equal(t, 1, f.srv.Stats(src).DeadLettered)
+	assert.Len(t, f.srv.Messages(dlq), 1, "forwarded once")
+	var k2 int
+	for _, d := range f.srv.Deliveries(src) {
+		if d.Seq == 2 {
+			k2++
+		}
+	}
+	assert.Equal(t, 5, k2, "k/2 was delivered max_delivery_attempts times, never after it was forwarded")
 }

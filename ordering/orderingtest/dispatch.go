@@ -98,7 +98,6 @@ func (sub *subscription) serve(b *batch, kind int) (found, room bool) {
 			case sub.deadLetterDue(e):
 				sub.loose.pop()
 				sub.forward(e)
-				e.acked = true
 				sub.retain(e)
 			case b.fits(e.msg):
 				sub.loose.pop()
@@ -119,9 +118,12 @@ func (sub *subscription) deliverKey(b *batch, k *keyState) bool {
 	defer sub.forget(k)
 	for k.pending() {
 		e := k.queue[k.next]
+		if e.gone {
+			k.next++
+			continue
+		}
 		if sub.deadLetterDue(e) {
 			sub.forward(e)
-			e.acked = true
 			k.next++
 			continue
 		}
@@ -176,7 +178,7 @@ func (sub *subscription) deliver(b *batch, e *entry) {
 	}
 	b.msgs = append(b.msgs, sub.received(l.ackID, e))
 	sub.record(b.now, l.ackID, e, st, keyOutstanding, false)
-	if s.takeFaultLocked(duplicate, e.msg.proto) != nil {
+	if !sub.exactlyOnce() && s.takeFaultLocked(duplicate, e.msg.proto) != nil {
 		// A duplicate, as at-least-once delivery allows. It follows the
 		// original at once, so key order still holds; its ack ID leads
 		// nowhere, like a stale one, and acks with it are ignored.
@@ -226,12 +228,14 @@ func (sub *subscription) deadLetterDue(e *entry) bool {
 	return dlp != nil && e.failures >= int(dlp.GetMaxDeliveryAttempts())
 }
 
-// forward publishes e to the dead-letter topic and settles it here. The
-// service does this on a best-effort basis and warns that order may not be
-// preserved: the key's later messages go on without e, and e reaches the
-// dead-letter topic on its own. If the dead-letter topic no longer exists
-// the message is dropped.
+// forward publishes e to the dead-letter topic and removes it from the
+// subscription for good: it counts as acknowledged and is gone, so no tail
+// redelivery brings it back. The service does this on a best-effort basis
+// and warns that order may not be preserved: the key's later messages go on
+// without e, and e reaches the dead-letter topic on its own. If the
+// dead-letter topic no longer exists the message is dropped.
 func (sub *subscription) forward(e *entry) {
+	e.acked, e.gone = true, true
 	sub.stats.DeadLettered++
 	if t := sub.srv.topics[sub.deadLetterPolicy().GetDeadLetterTopic()]; t != nil {
 		sub.srv.publishLocked(t, []*pubsubpb.PubsubMessage{e.msg.proto})

@@ -2,6 +2,10 @@ package orderingtest
 
 import "errors"
 
+// ErrInvalidConfig is returned, wrapped with the offending value, by New
+// and Start for an option out of its documented range.
+var ErrInvalidConfig = errors.New("orderingtest: invalid server configuration")
+
 // ErrNoSubscription is returned by Server methods given the name of a
 // subscription that does not exist.
 var ErrNoSubscription = errors.New("orderingtest: no such subscription")

@@ -29,7 +29,9 @@ type faultKind int
 const (
 	failPublish faultKind = iota
 	holdPublish
+	loseResponse
 	dropAck
+	failAck
 	duplicate
 )
 
@@ -40,7 +42,8 @@ type Fault struct {
 	srv     *Server
 	kind    faultKind
 	match   Match
-	code    codes.Code    // failPublish
+	code    codes.Code    // failPublish, loseResponse
+	failure AckFailure    // failAck
 	left    int           // firings left; < 0: until Remove
 	release chan struct{} // holdPublish: closed by Remove
 	hits    int           // guarded by srv.mu
@@ -117,6 +120,20 @@ func (s *Server) FailPublish(match Match, code codes.Code, times int) *Fault {
 	return s.addFault(&Fault{kind: failPublish, match: match, code: code, left: times})
 }
 
+// LosePublishResponses makes the next times Publish requests that carry a
+// message matching match store their messages and then fail with code, as
+// when the service stored a request whose response never reached the
+// client: a deadline ran out or a connection broke on the way back. A
+// client that retries the request (the official one retries Unavailable,
+// DeadlineExceeded and other transient codes) stores the messages again,
+// under new message IDs: the duplicates Pub/Sub documents for publish
+// retries, which even exactly-once delivery does not remove. With a code
+// the client does not retry, the caller sees a failure for messages that
+// were stored. times <= 0 means every such request until Remove.
+func (s *Server) LosePublishResponses(match Match, code codes.Code, times int) *Fault {
+	return s.addFault(&Fault{kind: loseResponse, match: match, code: code, left: times})
+}
+
 // HoldPublish holds every Publish request that carries a matching message
 // until the returned fault is removed: then held requests complete
 // normally. A held request fails if its context ends or the server closes
@@ -129,14 +146,18 @@ func (s *Server) HoldPublish(match Match) *Fault {
 // not applied, as when the service's best-effort acknowledgment did not
 // persist: the lease runs out and the message, with its key's tail on an
 // ordered subscription, is delivered again. times <= 0 means until Remove.
-// Use WithAckDeadline to make the redelivery come quickly.
+// Use WithAckDeadline to make the redelivery come quickly. It does not
+// apply to subscriptions with exactly-once delivery, whose successful acks
+// are final; FailAcks makes their acks fail.
 func (s *Server) DropAcks(match Match, times int) *Fault {
 	return s.addFault(&Fault{kind: dropAck, match: match, left: times})
 }
 
 // DuplicateDeliveries makes the next times deliveries of matching messages
 // come twice in a row, the second time with an ack ID that acks nothing, as
-// at-least-once delivery allows. times <= 0 means until Remove.
+// at-least-once delivery allows. times <= 0 means until Remove. It does not
+// apply to subscriptions with exactly-once delivery, which never resend a
+// message while its lease holds.
 func (s *Server) DuplicateDeliveries(match Match, times int) *Fault {
 	return s.addFault(&Fault{kind: duplicate, match: match, left: times})
 }
@@ -144,9 +165,10 @@ func (s *Server) DuplicateDeliveries(match Match, times int) *Fault {
 // RedeliverKey makes the service's tail redelivery happen now for key on the
 // ordered subscription sub: every message of the key delivered since its
 // oldest unacknowledged one, acknowledged messages included, is delivered
-// again in order, as after a server restart or a lost acknowledgment. It
-// returns how many messages will be delivered again: 0 if none of the key's
-// messages are held.
+// again in order, as after a server restart or a lost acknowledgment.
+// Messages forwarded to a dead-letter topic are not: the service removed
+// them from the subscription. It returns how many messages will be
+// delivered again: 0 if none of the key's messages are held.
 func (s *Server) RedeliverKey(sub, key string) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -161,7 +183,7 @@ func (s *Server) RedeliverKey(sub, key string) (int, error) {
 	if k == nil || k.next == 0 {
 		return 0, nil
 	}
-	n := k.next
+	n := k.delivered()
 	ss.rewind(k, 0)
 	ss.route(k)
 	s.changedLocked()

@@ -184,3 +184,44 @@ func TestBreakStreams(t *testing.T) {
 	}
 	assert.Zero(t, f.srv.BreakStreams(subName("nope")))
 }
+
+// TestLosePublishResponses: the messages are stored and the call fails. A
+// transient code makes the official publisher retry, which stores the
+// message a second time under a new ID; a permanent one leaves the caller
+// with a failure for a message that was stored.
+func TestLosePublishResponses(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		code   codes.Code
+		stored int
+	}{
+		{name: "retried", code: codes.Unavailable, stored: 2},
+		{name: "not retried", code: codes.PermissionDenied, stored: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, nil)
+			fault := f.srv.LosePublishResponses(orderingtest.Data("k/1"), tc.code, 1)
+			p := f.client.Publisher(f.topic)
+			defer p.Stop()
+			p.EnableMessageOrdering = true
+
+			id, err := p.Publish(f.ctx, &pubsub.Message{Data: []byte("k/1"), OrderingKey: "k"}).Get(f.ctx)
+			assert.Equal(t, 1, fault.Hits())
+			msgs := f.srv.Messages(f.topic)
+			require.Len(t, msgs, tc.stored)
+			for _, m := range msgs {
+				assert.Equal(t, "k/1", string(m.Data))
+			}
+			if tc.stored == 1 {
+				assert.Equal(t, tc.code, status.Code(err))
+				return
+			}
+			require.NoError(t, err)
+			assert.NotEqual(t, msgs[0].ID, msgs[1].ID, "each copy has its own message ID")
+			assert.Equal(t, msgs[1].ID, id, "the caller sees the retry's ID")
+			assert.Equal(t, []int{1, 2}, []int{msgs[0].Seq, msgs[1].Seq})
+		})
+	}
+}

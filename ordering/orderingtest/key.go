@@ -3,10 +3,18 @@ package orderingtest
 // An entry is one message's state in one subscription. Guarded by
 // Server.mu, like everything it points to.
 type entry struct {
-	msg      *message
-	key      *keyState // nil when the message is delivered unordered
-	pos      int       // position in the key's sequence, for indexing key.queue
-	acked    bool
+	msg   *message
+	key   *keyState // nil when the message is delivered unordered
+	pos   int       // position in the key's sequence, for indexing key.queue
+	acked bool
+	// gone marks a message the subscription holds no more although it is
+	// still in its key's queue, behind an earlier unacknowledged message:
+	// one forwarded to the dead-letter topic, which the service removes
+	// from the subscription, or one acknowledged on an exactly-once
+	// subscription, which the service never resends. A tail redelivery
+	// skips it and leaves it acknowledged, so it is neither delivered nor
+	// forwarded again.
+	gone     bool
 	failures int    // nacks and expired leases: the delivery attempt is failures+1
 	lease    *lease // non-nil while a delivery is outstanding
 }
@@ -34,6 +42,18 @@ type keyState struct {
 }
 
 func (k *keyState) pending() bool { return k.next < len(k.queue) }
+
+// delivered counts the messages of the current pass that a tail
+// redelivery would send again: every delivered one that is not gone.
+func (k *keyState) delivered() int {
+	n := 0
+	for _, e := range k.queue[:k.next] {
+		if !e.gone {
+			n++
+		}
+	}
+	return n
+}
 
 func (k *keyState) index(e *entry) int { return e.pos - k.base }
 

@@ -3,6 +3,7 @@ package orderingtest
 import (
 	"bytes"
 	"maps"
+	"slices"
 	"time"
 )
 
@@ -49,6 +50,7 @@ type Stats struct {
 	Duplicated    int // copies sent by DuplicateDeliveries
 	Acked         int // acks applied; dropped and stale ones are not counted
 	Nacked        int // leases ended by a ModifyAckDeadline of 0
+	AckFailures   int // ack IDs of acks and modacks an exactly-once subscription failed (see AckFailure)
 	Expired       int // leases that ran out
 	DeadLettered  int // messages forwarded to the dead-letter topic
 	Outstanding   int // leases held now
@@ -110,4 +112,12 @@ func (s *Server) Stats(sub string) Stats {
 	st.Outstanding = len(ss.leases)
 	st.Streams = len(ss.streams)
 	return st
+}
+
+// Subscriptions returns the names of the subscriptions that exist now, in
+// every project, sorted. A deleted subscription is not listed.
+func (s *Server) Subscriptions() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.subs))
 }

@@ -25,10 +25,10 @@ func defaultConfig() config {
 
 func (c config) validate() error {
 	if c.ackDeadline < 0 || c.ackDeadline > maxAckDeadline {
-		return fmt.Errorf("orderingtest: ack deadline %v outside [0, %v]", c.ackDeadline, maxAckDeadline)
+		return fmt.Errorf("%w: ack deadline %v outside [0, %v]", ErrInvalidConfig, c.ackDeadline, maxAckDeadline)
 	}
 	if c.responseSize < 1 || c.responseSize > 1000 {
-		return fmt.Errorf("orderingtest: response size %d outside [1, 1000]", c.responseSize)
+		return fmt.Errorf("%w: response size %d outside [1, 1000]", ErrInvalidConfig, c.responseSize)
 	}
 	return nil
 }

@@ -103,7 +103,8 @@ func (svc publisherService) DeleteTopic(_ context.Context, req *pubsubpb.DeleteT
 
 // Publish stores a valid request's messages, or none of them. A request
 // that breaks a limit fails as it would on the service. Injected faults
-// apply after validation: a hold first, then a failure.
+// apply after validation: a hold first, then a failure that stores
+// nothing, then a failure after the messages are stored.
 func (svc publisherService) Publish(ctx context.Context, req *pubsubpb.PublishRequest) (*pubsubpb.PublishResponse, error) {
 	if err := validatePublish(req); err != nil {
 		return nil, err
@@ -138,5 +139,9 @@ func (svc publisherService) Publish(ctx context.Context, req *pubsubpb.PublishRe
 	if f := s.takeFaultLocked(failPublish, req.GetMessages()...); f != nil {
 		return nil, status.Errorf(f.code, "orderingtest: injected publish failure")
 	}
-	return &pubsubpb.PublishResponse{MessageIds: s.publishLocked(t, req.GetMessages())}, nil
+	ids := s.publishLocked(t, req.GetMessages())
+	if f := s.takeFaultLocked(loseResponse, req.GetMessages()...); f != nil {
+		return nil, status.Errorf(f.code, "orderingtest: injected loss of the response to a stored publish")
+	}
+	return &pubsubpb.PublishResponse{MessageIds: ids}, nil
 }

@@ -88,28 +88,42 @@ func TestSeekBack(t *testing.T) {
 }
 
 // TestSeekIntoThePast seeks a subscription created after the messages were
-// published to a time before it existed: only topic retention brings them.
+// published to a time before it existed, as an ordered replay does: only
+// topic retention brings them back, payload intact, from that time on.
+//
+// Without topic retention the Seek still succeeds, as it does on the
+// service, and brings nothing from before the subscription existed: the
+// service documents that a subscription receives only what is published
+// after its creation, and that seeking further back needs the topic's
+// message retention.
 func TestSeekIntoThePast(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		retention *durationpb.Duration
+		from      int // seek to just before message from
 		want      []string
 	}{
-		{name: "topic retains messages", retention: durationpb.New(10 * time.Minute), want: []string{"k/1", "k/2", "k/3"}},
-		{name: "topic retains nothing"},
+		{name: "topic retains messages", retention: durationpb.New(10 * time.Minute), from: 1, want: []string{"k/1", "k/2", "k/3"}},
+		{name: "from the middle", retention: durationpb.New(10 * time.Minute), from: 2, want: []string{"k/2", "k/3"}},
+		{name: "topic retains nothing", from: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t, nil)
 			topic := topicName("retained")
 			f.createTopic(&pubsubpb.Topic{Name: topic, MessageRetentionDuration: tc.retention})
-			before := time.Now()
-			f.publish(topic, []string{"k"}, 0, 3)
+			var at time.Time
+			for seq := 1; seq <= 3; seq++ {
+				if seq == tc.from {
+					at = time.Now()
+				}
+				f.publish(topic, []string{"k"}, seq-1, 1)
+			}
 
 			late := subName("late")
 			f.createSubscription(&pubsubpb.Subscription{Name: late, Topic: topic, EnableMessageOrdering: true})
-			f.seek(late, before)
+			f.seek(late, at)
 			f.publish(topic, []string{"k"}, 3, 1)
 			data, _ := f.receiveData(late)
 			want := append(tc.want, "k/4")

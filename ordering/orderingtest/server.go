@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
@@ -22,9 +23,12 @@ import (
 // in the transport.
 const maxRecvBytes = 20 << 20
 
-// Server is an in-process Pub/Sub server on a loopback port. Dial Addr
-// without TLS or credentials, as an emulator. All its methods are safe for
-// concurrent use.
+// Server is an in-process Pub/Sub server, on a free loopback port unless
+// WithAddress says otherwise. Clients dial Addr without TLS or credentials,
+// as an emulator: Client and ClientOptions do that for the official one.
+// Close it when done; Start does that at the end of a test. All its
+// methods are safe for concurrent use, and they may be called after Close,
+// when they report the state the server was left in.
 type Server struct {
 	// Addr is the "host:port" the server listens on.
 	Addr string
@@ -95,6 +99,20 @@ func NewServer(opts ...Option) *Server {
 	if err != nil {
 		panic(err)
 	}
+	return s
+}
+
+// Start starts a server for the length of a test or benchmark: it fails
+// tb at once if New fails, and closes the server when tb ends, after the
+// cleanups registered later (so a client made afterwards and closed with
+// tb.Cleanup closes first).
+func Start(tb testing.TB, opts ...Option) *Server {
+	tb.Helper()
+	s, err := New(opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = s.Close() })
 	return s
 }
 

@@ -3,6 +3,7 @@ package orderingtest_test
 import (
 	"context"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -36,7 +37,7 @@ func TestNewValidatesOptions(t *testing.T) {
 			t.Parallel()
 			srv, err := orderingtest.New(tc.opt)
 			if !tc.ok {
-				require.Error(t, err)
+				require.ErrorIs(t, err, orderingtest.ErrInvalidConfig)
 				assert.Panics(t, func() { orderingtest.NewServer(tc.opt) })
 				return
 			}
@@ -128,4 +129,48 @@ func TestStreamingPullHeartbeat(t *testing.T) {
 	require.NoError(t, stream.Send(&pubsubpb.StreamingPullRequest{ModifyDeadlineAckIds: []string{"a"}}))
 	_, err = stream.Recv()
 	assert.Equal(t, codes.InvalidArgument, status.Code(err), "ack IDs and deadlines must pair up")
+}
+
+// fatalTB records a Fatal and ends the goroutine that called it, as
+// testing.T does.
+type fatalTB struct {
+	testing.TB
+	fatal []any
+}
+
+func (f *fatalTB) Helper() {}
+func (f *fatalTB) Fatal(args ...any) {
+	f.fatal = args
+	runtime.Goexit()
+}
+
+// TestStart: a server started for a test serves, and is closed when the
+// test ends; an invalid option fails the test.
+func TestStart(t *testing.T) {
+	t.Parallel()
+	var srv *orderingtest.Server
+	t.Run("serves", func(t *testing.T) {
+		srv = orderingtest.Start(t)
+		client, err := srv.Client(context.Background(), "any-project")
+		require.NoError(t, err)
+		defer client.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		_, err = client.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: "projects/any-project/topics/topic"})
+		require.NoError(t, err)
+	})
+	lis, err := net.Listen("tcp", srv.Addr)
+	require.NoError(t, err, "the server was closed when its test ended")
+	require.NoError(t, lis.Close())
+
+	bad := &fatalTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		orderingtest.Start(bad, orderingtest.WithResponseSize(0))
+		t.Error("Start returned after an invalid option")
+	}()
+	recv(t, done, "Start to fail")
+	require.Len(t, bad.fatal, 1)
+	assert.ErrorIs(t, bad.fatal[0].(error), orderingtest.ErrInvalidConfig)
 }

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
 
@@ -32,6 +33,12 @@ func (svc subscriberService) CreateSubscription(_ context.Context, req *pubsubpb
 	}
 	if dlp := p.GetDeadLetterPolicy(); dlp != nil && s.topics[dlp.GetDeadLetterTopic()] == nil {
 		return nil, status.Errorf(codes.NotFound, "orderingtest: dead-letter topic %s not found", dlp.GetDeadLetterTopic())
+	}
+	// Output only: the topic's retention, which decides how far back Seek
+	// can reach whatever the subscription's own settings.
+	p.TopicMessageRetentionDuration = nil
+	if t.retention > 0 {
+		p.TopicMessageRetentionDuration = durationpb.New(t.retention)
 	}
 	s.nextSub++
 	sub := newSubscription(s, p, t, s.nextSub)
@@ -183,23 +190,35 @@ func (svc subscriberService) ModifyAckDeadline(_ context.Context, req *pubsubpb.
 		return nil, invalid("ack deadline %d s outside [0, %d]", secs, maxAckDeadlineSecs)
 	}
 	d := time.Duration(secs) * time.Second
-	return svc.s.eachAckID(req.GetSubscription(), req.GetAckIds(), func(sub *subscription, id string) {
-		sub.modifyAckDeadline(id, d)
+	return svc.s.eachAckID(req.GetSubscription(), req.GetAckIds(), func(sub *subscription, id string) AckFailure {
+		return sub.modifyAckDeadline(id, d)
 	})
 }
 
-// eachAckID applies apply to every ack ID of a request to subscription name.
-func (s *Server) eachAckID(name string, ids []string, apply func(*subscription, string)) (*emptypb.Empty, error) {
+// eachAckID applies apply to every ack ID of a request to subscription
+// name. An exactly-once subscription reports the ack IDs that failed, in
+// the service's format; others accept every ack ID.
+func (s *Server) eachAckID(name string, ids []string, apply func(*subscription, string) AckFailure) (*emptypb.Empty, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sub, err := s.subscriptionLocked(name)
 	if err != nil {
 		return nil, err
 	}
+	var failed map[string]AckFailure
 	for _, id := range ids {
-		apply(sub, id)
+		if why := apply(sub, id); why != "" {
+			if failed == nil {
+				failed = map[string]AckFailure{}
+			}
+			failed[id] = why
+		}
 	}
 	s.changedLocked()
+	if len(failed) > 0 && sub.exactlyOnce() {
+		sub.stats.AckFailures += len(failed)
+		return nil, ackError(failed)
+	}
 	return &emptypb.Empty{}, nil
 }
 

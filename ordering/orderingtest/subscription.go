@@ -131,27 +131,32 @@ func (sub *subscription) settle(l *lease) {
 	}
 }
 
-// ack applies an acknowledgment. Stale ack IDs, from deliveries that were
-// since redelivered, expired or acked, are ignored, as the service may.
-func (sub *subscription) ack(ackID string) {
+// ack applies an acknowledgment and reports why it failed, or "". Stale
+// ack IDs, from deliveries that were since redelivered, expired or acked,
+// fail with PermanentAckFailure; only exactly-once subscriptions report it
+// (see exactlyonce.go), others ignore them, as the service may.
+func (sub *subscription) ack(ackID string) AckFailure {
 	l := sub.leases[ackID]
 	if l == nil {
-		return
+		return PermanentAckFailure
 	}
-	if sub.srv.takeFaultLocked(dropAck, l.entry.msg.proto) != nil {
-		// Accepted, but it did not persist: the lease runs on and the
-		// message comes back when it expires ("the best-effort
-		// acknowledgment did not persist").
-		return
+	if stopped, why := sub.ackFault(l.entry.msg.proto); stopped {
+		// Failed, or accepted without persisting: either way the lease
+		// runs on and the message comes back when it expires ("the
+		// best-effort acknowledgment did not persist").
+		return why
 	}
 	sub.settle(l)
 	sub.stats.Acked++
 	e := l.entry
 	e.acked = true
+	// On an exactly-once subscription "an acknowledged message will not
+	// be resent": not even with its key's tail.
+	e.gone = sub.exactlyOnce()
 	k := e.key
 	if k == nil {
 		sub.retain(e)
-		return
+		return ""
 	}
 	for _, done := range k.trim() {
 		sub.retain(done)
@@ -160,6 +165,7 @@ func (sub *subscription) ack(ackID string) {
 		sub.route(k)
 	}
 	sub.forget(k)
+	return ""
 }
 
 // retain keeps an acknowledged message for Seek if the subscription asks.
@@ -176,18 +182,20 @@ func (sub *subscription) forget(k *keyState) {
 	}
 }
 
-// modifyAckDeadline extends a lease, or nacks it when d is 0.
-func (sub *subscription) modifyAckDeadline(ackID string, d time.Duration) {
+// modifyAckDeadline extends a lease, or nacks it when d is 0. Like ack, it
+// reports a stale ack ID as PermanentAckFailure.
+func (sub *subscription) modifyAckDeadline(ackID string, d time.Duration) AckFailure {
 	l := sub.leases[ackID]
 	if l == nil {
-		return
+		return PermanentAckFailure
 	}
 	if d == 0 {
 		sub.stats.Nacked++
 		sub.fail(l)
-		return
+		return ""
 	}
 	sub.srv.extendLeaseLocked(l, sub.srv.leaseFor(d))
+	return ""
 }
 
 // expire handles a lease whose deadline passed.
@@ -214,12 +222,15 @@ func (sub *subscription) fail(l *lease) {
 // redelivers every later message of the key along with a redelivered one,
 // acknowledged or not. Their outstanding leases are revoked, so acks with
 // the old ack IDs are ignored and the new deliveries need acks of their own.
+// Messages that are gone stay acknowledged, and deliverKey skips them.
 func (sub *subscription) rewind(k *keyState, i int) {
 	for _, e := range k.queue[i:k.next] {
 		if e.lease != nil {
 			sub.settle(e.lease)
 		}
-		e.acked = false
+		if !e.gone {
+			e.acked = false
+		}
 	}
 	k.next = i
 }

@@ -29,7 +29,10 @@ const (
 const (
 	minRetention             = 10 * time.Minute
 	maxTopicRetention        = 31 * 24 * time.Hour
-	maxSubscriptionRetention = 7 * 24 * time.Hour
+	defaultSubRetention      = 7 * 24 * time.Hour
+	maxSubscriptionRetention = 31 * 24 * time.Hour
+	defaultExpiration        = 31 * 24 * time.Hour
+	minExpiration            = 24 * time.Hour
 	defaultAckDeadlineSecs   = 10
 	minAckDeadlineSecs       = 10
 	maxAckDeadlineSecs       = 600
@@ -134,11 +137,14 @@ func normalizeSubscription(p *pubsubpb.Subscription) error {
 	case secs < minAckDeadlineSecs || secs > maxAckDeadlineSecs:
 		return invalid("ack deadline %d s outside [%d, %d]", secs, minAckDeadlineSecs, maxAckDeadlineSecs)
 	}
-	ret, err := retention(p.GetMessageRetentionDuration(), maxSubscriptionRetention, maxSubscriptionRetention, "subscription")
+	ret, err := retention(p.GetMessageRetentionDuration(), defaultSubRetention, maxSubscriptionRetention, "subscription")
 	if err != nil {
 		return err
 	}
 	p.MessageRetentionDuration = durationpb.New(ret)
+	if err := normalizeExpiration(p, ret); err != nil {
+		return err
+	}
 	if dlp := p.GetDeadLetterPolicy(); dlp != nil {
 		if err := checkName(topicName, dlp.GetDeadLetterTopic(), "dead-letter topic"); err != nil {
 			return err
@@ -157,6 +163,30 @@ func normalizeSubscription(p *pubsubpb.Subscription) error {
 		return status.Error(codes.Unimplemented, "orderingtest: only pull subscriptions are modelled")
 	}
 	p.State = pubsubpb.Subscription_ACTIVE
+	return nil
+}
+
+// normalizeExpiration applies the service's rules for a subscription's
+// expiration policy: without one, the subscription gets the default policy,
+// a ttl of 31 days; a policy without a ttl never expires; a ttl is at least
+// 1 day and, as the service documents, no shorter than the subscription's
+// message retention. The fake reports the policy but never expires a
+// subscription: no test runs for a day.
+func normalizeExpiration(p *pubsubpb.Subscription, retention time.Duration) error {
+	ep := p.GetExpirationPolicy()
+	if ep == nil {
+		p.ExpirationPolicy = &pubsubpb.ExpirationPolicy{Ttl: durationpb.New(defaultExpiration)}
+		return nil
+	}
+	if ep.GetTtl() == nil {
+		return nil
+	}
+	switch ttl := ep.GetTtl().AsDuration(); {
+	case !ep.GetTtl().IsValid() || ttl < minExpiration:
+		return invalid("expiration policy ttl %v is shorter than the minimum, %v", ttl, minExpiration)
+	case ttl < retention:
+		return invalid("expiration policy ttl %v is shorter than the message retention duration, %v", ttl, retention)
+	}
 	return nil
 }
 
