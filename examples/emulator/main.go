@@ -101,8 +101,6 @@ import (
 	"syscall"
 	"time"
 
-	"cloud.google.com/go/pubsub/v2/pstest"
-
 	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/ordering/orderingtest"
 )
@@ -172,18 +170,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	return serveFake(ctx, srv, faults, *control, out)
 }
 
-// servePstest serves pstest on addr until ctx ends.
-func servePstest(ctx context.Context, addr string, out io.Writer) (err error) {
-	// pstest panics when it cannot listen; report that as the error it is.
-	var srv *pstest.Server
-	func() {
-		defer func() {
-			if r := recover(); r != nil {
-				err = fmt.Errorf("pstest: %v", r)
-			}
-		}()
-		srv = pstest.NewServerWithAddress(addr)
-	}()
+// servePstest serves pstest on addr until ctx ends, taking messages up to
+// the service's 10 MB limit (harness.StartPstest).
+func servePstest(ctx context.Context, addr string, out io.Writer) error {
+	srv, err := harness.StartPstest(addr)
 	if err != nil {
 		return err
 	}

@@ -55,13 +55,17 @@ func Context(t testing.TB, d time.Duration) context.Context {
 }
 
 // Pstest starts a pstest server with the given reactors for the length of a
-// test and returns it with a connected client. The client is closed before
-// the server.
+// test and returns it with a connected client. The server takes messages
+// up to the service's limit (see [PstestServer]). The client is closed before the
+// server.
 func Pstest(t testing.TB, opts ...pstest.ServerReactorOption) (*pstest.Server, *pubsub.Client) {
 	t.Helper()
-	srv := pstest.NewServer(opts...)
+	srv, err := StartPstest("127.0.0.1:0", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = srv.Close() })
-	return srv, Client(t, srv.Addr)
+	return srv.Server, Client(t, srv.Addr)
 }
 
 // EmulatorEnv names the variable that points the official client, and
@@ -80,7 +84,10 @@ func Open(ctx context.Context) (c *pubsub.Client, where string, closeAll func(),
 		}
 		return c, "emulator at " + addr, func() { _ = c.Close() }, nil
 	}
-	srv := pstest.NewServer()
+	srv, err := StartPstest("127.0.0.1:0")
+	if err != nil {
+		return nil, "", nil, err
+	}
 	c, err = Connect(ctx, srv.Addr)
 	if err != nil {
 		_ = srv.Close()
