@@ -37,6 +37,7 @@ type config struct {
 	receive        pubsub.ReceiveSettings
 	onError        func(d *Delivery, err error)
 	onKeyEvent     func(KeyEvent)
+	exactlyOnce    bool
 }
 
 func newConfig(opts []Option) (config, error) {

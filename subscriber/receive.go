@@ -79,6 +79,9 @@ func (s *Subscription) Receive(ctx context.Context, h Handler) error {
 	if pulled != nil {
 		pullErr = <-pulled
 	}
+	if r.confirm != nil {
+		r.confirm.stop(s.cfg.drainTimeout)
+	}
 	return pullErr
 }
 
@@ -97,6 +100,7 @@ type receiver struct {
 	tries          attempts      // calls and failures of failing messages
 	room           room          // S10
 	clock          clock         // retry and hold timers
+	confirm        *confirmer    // exactly-once subscriptions only: watches ack answers
 }
 
 func newReceiver(ctx context.Context, s *Subscription, h Handler) (*receiver, error) {
@@ -121,6 +125,10 @@ func newReceiver(ctx context.Context, s *Subscription, h Handler) (*receiver, er
 		tries:          newAttempts(),
 	}
 	r.room.init(&s.cfg, s.deadLetterAttempts)
+	if s.exactlyOnce {
+		r.confirm = &confirmer{}
+		r.confirm.start(r)
+	}
 	return r, nil
 }
 
@@ -233,7 +241,7 @@ func (r *receiver) settle(j *job, out outcome) {
 		}
 	}
 	if ack {
-		j.msg.Ack()
+		r.ack(j)
 	} else {
 		j.msg.Nack()
 	}

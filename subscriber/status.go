@@ -107,6 +107,12 @@ type Stats struct {
 	// NackedShutdown counts deliveries nacked unrun, or after a handler
 	// call cut short, because Receive was shutting down (S7).
 	NackedShutdown int64
+	// AckFailed counts acks reported failed on a subscription with
+	// exactly-once delivery: those messages may be delivered again, and
+	// their handler then runs again. The official client reports every
+	// ack of a request that carried a refused one as failed, though the
+	// service applied the others, so this may count more than were lost.
+	AckFailed int64
 
 	// Queued is the number of deliveries received and not started, now.
 	Queued int
@@ -118,8 +124,8 @@ type Stats struct {
 
 // counters are the cumulative counts of Stats. Every field is atomic.
 type counters struct {
-	received, acked, deduplicated, retried, failed, deadLettered atomic.Int64
-	nackedHeld, nackedTail, nackedRoom, nackedShutdown           atomic.Int64
+	received, acked, deduplicated, retried, failed, deadLettered  atomic.Int64
+	nackedHeld, nackedTail, nackedRoom, nackedShutdown, ackFailed atomic.Int64
 }
 
 // Stats returns what the subscription's Receive calls have done so far,
@@ -138,6 +144,7 @@ func (s *Subscription) Stats() Stats {
 		NackedTail:     c.nackedTail.Load(),
 		NackedRoom:     c.nackedRoom.Load(),
 		NackedShutdown: c.nackedShutdown.Load(),
+		AckFailed:      c.ackFailed.Load(),
 	}
 	if r := s.current.Load(); r != nil {
 		st.Queued, st.Running, st.Held = r.lanes.snapshot()

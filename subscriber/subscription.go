@@ -21,6 +21,8 @@ type Subscription struct {
 	name    string // projects/P/subscriptions/S
 	topic   string // projects/P/topics/T
 	ordered bool
+	// exactlyOnce is the subscription's exactly-once delivery setting.
+	exactlyOnce bool
 	// deadLetterAttempts is the subscription's dead-letter limit, 0 when
 	// it has no dead-letter policy.
 	deadLetterAttempts int
@@ -59,6 +61,7 @@ func CreateWithTopic(ctx context.Context, client *pubsub.Client, topicID, subID 
 	if status.Code(err) == codes.NotFound {
 		sub, err = client.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
 			Name: name, Topic: topic, EnableMessageOrdering: true,
+			EnableExactlyOnceDelivery: cfg.exactlyOnce,
 		})
 		if status.Code(err) == codes.AlreadyExists { // created meanwhile by someone else
 			sub, err = client.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: name})
@@ -97,11 +100,12 @@ func Open(ctx context.Context, client *pubsub.Client, subID string, opts ...Opti
 
 func newSubscription(client *pubsub.Client, sub *pubsubpb.Subscription, cfg config) *Subscription {
 	s := &Subscription{
-		client:  client,
-		name:    sub.Name,
-		topic:   sub.Topic,
-		ordered: sub.EnableMessageOrdering,
-		cfg:     cfg,
+		client:      client,
+		name:        sub.Name,
+		topic:       sub.Topic,
+		ordered:     sub.EnableMessageOrdering,
+		exactlyOnce: sub.EnableExactlyOnceDelivery,
+		cfg:         cfg,
 	}
 	if dl := sub.DeadLetterPolicy; dl != nil && dl.DeadLetterTopic != "" {
 		s.deadLetterAttempts = int(dl.MaxDeliveryAttempts)

@@ -1,0 +1,143 @@
+package subscriber
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+
+	"github.com/keyorder/keyorder/internal/fifo"
+)
+
+// On a subscription with exactly-once delivery, the service confirms each
+// ack: a confirmed ack is final, and the message is not delivered again.
+// An ack can also fail, for example when its lease ran out first; the
+// message is then delivered again. Receive acks such subscriptions with
+// AckWithResult and treats a failed ack as the message not processed: it
+// forgets the message in its S6 window, so that when the service delivers
+// it again the handler runs again. A handler on such a subscription must
+// therefore still be idempotent, or check the effect it made.
+//
+// Since the result of an ack comes after the next message of the key may
+// have started, a message whose ack failed can run again after its
+// successors did. Waiting for each confirmation before the next message of
+// the key would keep order there, at the cost of a round trip per message.
+
+// WithExactlyOnceDelivery makes [CreateWithTopic] create the subscription
+// with exactly-once delivery on. An existing subscription keeps its own
+// setting, which cannot be changed after creation any more than ordering:
+// [Subscription.ExactlyOnce] reports it. The default is off.
+func WithExactlyOnceDelivery() Option {
+	return func(c *config) error {
+		c.exactlyOnce = true
+		return nil
+	}
+}
+
+// ExactlyOnce reports whether the subscription has exactly-once delivery.
+// If so, Receive waits for the service to confirm each ack, and a message
+// whose ack failed runs again when it comes back.
+func (s *Subscription) ExactlyOnce() bool { return s.exactlyOnce }
+
+// confirmer waits for the service's answers to the acks of one Receive on
+// an exactly-once subscription, in the order the acks were sent, and
+// forgets each message whose ack failed. Its one goroutine is started by
+// start and owned by the receiver, which waits for it in stop.
+type confirmer struct {
+	r *receiver
+
+	mu      sync.Mutex
+	pending fifo.Queue[pendingAck] // guarded by mu
+	wake    chan struct{}          // capacity 1: pending has an ack
+	quit    chan struct{}          // closed by stop: drain what is pending, then exit
+	done    chan struct{}          // closed when the goroutine exits
+
+	// ctx bounds the wait for an answer; stop cancels it if the answers
+	// have not all come within the drain timeout.
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+type pendingAck struct {
+	id  string
+	res *pubsub.AckResult
+}
+
+func (c *confirmer) start(r *receiver) {
+	c.r = r
+	c.wake = make(chan struct{}, 1)
+	c.quit = make(chan struct{})
+	c.done = make(chan struct{})
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	go c.run()
+}
+
+// ack acks m, the newest delivery of message id, and has its answer
+// watched.
+func (c *confirmer) ack(id string, m *pubsub.Message) {
+	res := m.AckWithResult()
+	c.mu.Lock()
+	c.pending.Push(pendingAck{id, res})
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *confirmer) run() {
+	defer close(c.done)
+	for {
+		c.mu.Lock()
+		p, ok := c.pending.Pop()
+		c.mu.Unlock()
+		if !ok {
+			select {
+			case <-c.wake:
+				continue
+			case <-c.quit:
+				c.mu.Lock()
+				empty := c.pending.Len() == 0
+				c.mu.Unlock()
+				if empty {
+					return
+				}
+				continue
+			}
+		}
+		// The official client answers every ack once it has sent it,
+		// which its Receive does before returning.
+		status, err := p.res.Get(c.ctx)
+		if err != nil || status != pubsub.AcknowledgeStatusSuccess {
+			c.r.seen.w.delete(p.id) // not processed: run it again when it comes back
+			c.r.s.counts.ackFailed.Add(1)
+		}
+	}
+}
+
+// stop waits for the answers to every ack sent, once the official Receive
+// has returned, for at most wait; answers that have not come by then are
+// not waited for.
+func (c *confirmer) stop(wait time.Duration) {
+	defer c.cancel()
+	close(c.quit)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-c.done:
+	case <-t.C:
+		c.cancel()
+		<-c.done
+	}
+}
+
+// ack acks the newest delivery of j's message: on an exactly-once
+// subscription, with its answer watched.
+func (r *receiver) ack(j *job) {
+	if r.confirm != nil {
+		r.confirm.ack(j.d.ID, j.msg)
+		return
+	}
+	j.msg.Ack()
+}
