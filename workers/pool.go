@@ -50,9 +50,8 @@ type Pool struct {
 	ready fifo.Queue[*partition]
 	// waiting is ready.Len(), stored under mu and read without it.
 	waiting atomic.Int32
-	// idle counts the runners waiting on wake that no Signal has claimed.
-	idle int
-	wake sync.Cond
+	// idle holds the runners waiting for work, the last to wait first.
+	idle []*runner
 	// live counts the runner goroutines. It only grows, up to
 	// cfg.concurrency, until the pool is closed.
 	live int
@@ -72,9 +71,7 @@ func New(n int, opts ...Option) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Pool{n: n, cfg: cfg, done: make(chan struct{})}
-	p.wake.L = &p.mu
-	return p, nil
+	return &Pool{n: n, cfg: cfg, done: make(chan struct{})}, nil
 }
 
 func (p *Pool) shardOf(index int) *shard { return &p.shards[index&(numShards-1)] }
@@ -243,8 +240,12 @@ func (p *Pool) shut(drop bool) {
 	if p.live == 0 {
 		p.closeDoneLocked()
 	}
-	p.wake.Broadcast() // idle runners must see closed
+	idle := p.idle // they must see closed
+	p.idle = nil
 	p.mu.Unlock()
+	for _, r := range idle {
+		r.wake <- nil
+	}
 	p.drop(dropped)
 }
 

@@ -10,7 +10,17 @@ package workers
 //
 // Runners start on demand, up to the pool's concurrency, and wait for work
 // when there is none, so that a busy pool costs no goroutine start per
-// task. They exit when the pool is closed and nothing is ready.
+// task. A partition that turns ready while a runner waits is handed to
+// that runner directly, without the ready queue. Runners exit when the
+// pool is closed and nothing is ready.
+
+// A runner is one runner goroutine's mailbox while it waits for work.
+type runner struct {
+	// wake receives the partition handed to the runner, or nil when the
+	// pool closes. Capacity 1: a runner on the idle list has nothing in
+	// it, so a hand-off never blocks.
+	wake chan *partition
+}
 
 // makeReady puts q, which has a task queued and is neither running nor
 // ready, in the ready queue, and wakes or starts a runner for it if one is
@@ -18,13 +28,16 @@ package workers
 func (p *Pool) makeReady(q *partition) {
 	q.ready = true
 	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		r := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		r.wake <- q
+		return
+	}
 	p.ready.Push(q)
 	p.waiting.Store(int32(p.ready.Len()))
-	switch {
-	case p.idle > 0:
-		p.idle-- // counted off here, so that two pushes wake two runners
-		p.wake.Signal()
-	case p.live < p.cfg.concurrency:
+	if p.live < p.cfg.concurrency {
 		p.live++
 		go p.run()
 	}
@@ -38,6 +51,7 @@ func (p *Pool) makeReady(q *partition) {
 // replacement runner, so that the pool keeps its runners and the
 // partition's later tasks still run or drop.
 func (p *Pool) run() {
+	r := &runner{wake: make(chan *partition, 1)}
 	var q *partition // the partition whose task is running
 	defer func() {
 		if q != nil {
@@ -52,7 +66,7 @@ func (p *Pool) run() {
 	var ok bool
 	for {
 		if q == nil {
-			if q, e, ok = p.take(); !ok {
+			if q, e, ok = p.take(r); !ok {
 				return
 			}
 		}
@@ -63,25 +77,28 @@ func (p *Pool) run() {
 
 // take waits for a ready partition and starts its oldest task. It returns
 // false once the pool is closed and nothing is ready: the runner exits.
-func (p *Pool) take() (*partition, entry, bool) {
-	p.mu.Lock()
+func (p *Pool) take(r *runner) (*partition, entry, bool) {
 	for {
+		p.mu.Lock()
 		q, ok := p.ready.Pop()
 		p.waiting.Store(int32(p.ready.Len()))
-		if !ok {
-			if p.closed {
-				p.live--
-				if p.live == 0 {
-					p.closeDoneLocked()
-				}
+		switch {
+		case ok:
+			p.mu.Unlock()
+		case p.closed:
+			p.exitLocked()
+			p.mu.Unlock()
+			return nil, entry{}, false
+		default:
+			p.idle = append(p.idle, r)
+			p.mu.Unlock()
+			if q = <-r.wake; q == nil { // closed
+				p.mu.Lock()
+				p.exitLocked()
 				p.mu.Unlock()
 				return nil, entry{}, false
 			}
-			p.idle++
-			p.wake.Wait()
-			continue
 		}
-		p.mu.Unlock()
 		sh := p.shardOf(q.index)
 		sh.mu.Lock()
 		q.ready = false
@@ -93,7 +110,14 @@ func (p *Pool) take() (*partition, entry, bool) {
 		// Stop or DropQueued emptied it while it waited.
 		sh.release(q)
 		sh.mu.Unlock()
-		p.mu.Lock()
+	}
+}
+
+// exitLocked counts off an exiting runner. p.mu must be held.
+func (p *Pool) exitLocked() {
+	p.live--
+	if p.live == 0 {
+		p.closeDoneLocked()
 	}
 }
 
