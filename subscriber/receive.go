@@ -94,6 +94,7 @@ type receiver struct {
 	stopping       chan struct{} // closed when Receive's ctx ends or pulling fails
 	lanes          lanes         // the keys with work or a hold
 	seen           processed     // recently processed message IDs (S6)
+	seqs           *sequences    // recently active producers' sequences, per key
 	tries          attempts      // calls and failures of failing messages
 	room           room          // S10
 	clock          clock         // retry and hold timers
@@ -118,6 +119,7 @@ func newReceiver(ctx context.Context, s *Subscription, h Handler) (*receiver, er
 		cancelHandlers: cancel,
 		stopping:       make(chan struct{}),
 		seen:           newProcessed(s.cfg.dedupWindow),
+		seqs:           newSequences(s.cfg.seqWindow),
 		tries:          newAttempts(),
 	}
 	r.room.init(&s.cfg, s.deadLetterAttempts)

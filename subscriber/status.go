@@ -107,6 +107,14 @@ type Stats struct {
 	// NackedShutdown counts deliveries nacked unrun, or after a handler
 	// call cut short, because Receive was shutting down (S7).
 	NackedShutdown int64
+	// Duplicates counts the Deduplicated deliveries found by their stamp
+	// rather than their message ID: copies of a processed message under
+	// another ID, as a retried publish stores them (see [Gap] and
+	// [WithSequenceWindow]).
+	Duplicates int64
+	// Gaps counts the gaps in producers' sequences reported to
+	// [WithGapHandler].
+	Gaps int64
 
 	// Queued is the number of deliveries received and not started, now.
 	Queued int
@@ -120,6 +128,7 @@ type Stats struct {
 type counters struct {
 	received, acked, deduplicated, retried, failed, deadLettered atomic.Int64
 	nackedHeld, nackedTail, nackedRoom, nackedShutdown           atomic.Int64
+	duplicates, gaps                                             atomic.Int64 // sequence.go
 }
 
 // Stats returns what the subscription's Receive calls have done so far,
@@ -138,6 +147,8 @@ func (s *Subscription) Stats() Stats {
 		NackedTail:     c.nackedTail.Load(),
 		NackedRoom:     c.nackedRoom.Load(),
 		NackedShutdown: c.nackedShutdown.Load(),
+		Duplicates:     c.duplicates.Load(),
+		Gaps:           c.gaps.Load(),
 	}
 	if r := s.current.Load(); r != nil {
 		st.Queued, st.Running, st.Held = r.lanes.snapshot()
