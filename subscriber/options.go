@@ -37,8 +37,9 @@ type config struct {
 	receive        pubsub.ReceiveSettings
 	onError        func(d *Delivery, err error)
 	onKeyEvent     func(KeyEvent)
-	seqWindow      int       // sequence.go
-	onGap          func(Gap) // sequence.go
+	seqWindow      int           // sequence.go
+	onGap          func(Gap)     // sequence.go
+	quiet          time.Duration // replay.go
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -54,6 +55,7 @@ func newConfig(opts []Option) (config, error) {
 		redeliveryWait: DefaultRedeliveryWait,
 		receive:        pubsub.DefaultReceiveSettings,
 		seqWindow:      DefaultSequenceWindow,
+		quiet:          DefaultQuietPeriod,
 	}
 	for _, opt := range opts {
 		if err := opt(&c); err != nil {
@@ -291,6 +293,27 @@ func WithSequenceWindow(n int) Option {
 func WithGapHandler(f func(Gap)) Option {
 	return func(c *config) error {
 		c.onGap = f
+		return nil
+	}
+}
+
+// DefaultQuietPeriod is the default of [WithQuietPeriod].
+const DefaultQuietPeriod = 10 * time.Second
+
+// WithQuietPeriod sets how long [Replay] waits, with nothing in its range
+// left to process, for the service to send more before it decides it has
+// caught up: Replay returns once, for d, no message published in its range
+// has arrived or finished processing. The service reports no backlog and
+// promises no order across keys, so a message it holds back for longer
+// than d is missed; a longer d costs that much more at the end of every
+// Replay. Receive ignores it. The default is [DefaultQuietPeriod]; d must
+// be positive.
+func WithQuietPeriod(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return invalid("WithQuietPeriod(%v): need a positive period", d)
+		}
+		c.quiet = d
 		return nil
 	}
 }

@@ -141,6 +141,10 @@ func (r *receiver) deliver(ctx context.Context, m *pubsub.Message) {
 		r.settle(j, outDeduplicated) // S6: processed already; acking again runs nothing
 		return
 	}
+	if !r.s.replay.admits(m) {
+		r.settle(j, outSkipped) // published after Replay started
+		return
+	}
 	var l *lane
 	if m.OrderingKey == "" {
 		l = r.lanes.loose(r)
@@ -218,6 +222,7 @@ const (
 	outTail                        // nacked unrun with its key's failed message (S5)
 	outRoom                        // nacked unrun: its key had no room (S10)
 	outShutdown                    // nacked: Receive is shutting down (S7)
+	outSkipped                     // acked unrun: outside the range a Replay reads
 )
 
 // settle acks or nacks every delivery of j's message, once (S11), and
@@ -226,7 +231,7 @@ func (r *receiver) settle(j *job, out outcome) {
 	if out == outJoined || out == outQueued || !j.settled.CompareAndSwap(false, true) {
 		return
 	}
-	ack := out == outAcked || out == outDeduplicated
+	ack := out == outAcked || out == outDeduplicated || out == outSkipped
 	for _, m := range j.stale {
 		if ack {
 			m.Ack()
