@@ -20,7 +20,6 @@ import (
 	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/ordering"
 	"github.com/keyorder/keyorder/ordering/orderingtest"
-	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/subscriber"
 )
 
@@ -49,20 +48,7 @@ func newReplayEnv(t *testing.T, retention time.Duration, fopts ...orderingtest.O
 // prefix+"key/i", and waits for them.
 func (e replayEnv) publish(t *testing.T, keys []string, first, last int, prefix string) {
 	t.Helper()
-	ctx := testContext(t)
-	p, err := publisher.New(e.client, e.topic)
-	require.NoError(t, err)
-	var results []*publisher.Result
-	for i := first; i <= last; i++ {
-		for _, k := range keys {
-			results = append(results, p.Publish(ctx, &publisher.Message{Data: []byte(fmt.Sprintf("%s%s/%d", prefix, k, i))}, publisher.WithOrderingKey(k)))
-		}
-	}
-	for _, r := range results {
-		_, err := r.Get(ctx)
-		require.NoError(t, err)
-	}
-	require.NoError(t, p.Close(ctx))
+	publishRange(t, e.client, e.topic, keys, first, last, prefix)
 }
 
 // replaySubscriptions lists the subscriptions Replay made that exist now.
