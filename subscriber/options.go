@@ -306,8 +306,10 @@ const DefaultQuietPeriod = 10 * time.Second
 // has arrived or finished processing. The service reports no backlog and
 // promises no order across keys, so a message it holds back for longer
 // than d is missed; a longer d costs that much more at the end of every
-// Replay. Receive ignores it. The default is [DefaultQuietPeriod]; d must
-// be positive.
+// Replay. It should outlast the time the service takes to open a stream
+// and start sending, again after a broken stream: seconds, on the service.
+// Receive ignores it. The default is [DefaultQuietPeriod]; d must be
+// positive.
 func WithQuietPeriod(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {

@@ -54,9 +54,9 @@ import (
 //   - Cleanup. Replay deletes its subscription before it returns, and
 //     returns only after every goroutine it started has exited.
 //
-// opts are Receive's options. [WithMaxAttempts], [WithBackoff] and
-// [WithRedeliveryWait] do not apply, since the first failure stops
-// Replay; [WithQuietPeriod] applies only here.
+// opts are Receive's options. [WithMaxAttempts] and [WithBackoff] do not
+// apply, since the first failure stops Replay; [WithQuietPeriod] applies
+// only here.
 func Replay(ctx context.Context, client *pubsub.Client, topicID string, from time.Time, h Handler, opts ...Option) error {
 	start := time.Now()
 	cfg, err := newConfig(opts)
