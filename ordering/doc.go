@@ -22,4 +22,14 @@
 //
 // [Partition] maps a key to one of n partitions with a pinned hash, so the
 // same key lands on the same partition in every process and every release.
+//
+// # Stamps
+//
+// A keyed message may carry a [Stamp]: its producer's ID and its number in
+// that producer's sequence for the key, as the attributes
+// [ProducerAttribute] and [SeqAttribute]. A subscriber uses it to tell a
+// copy of a message stored twice under two message IDs from a new one, and
+// to see numbers that never arrived. [Stamp.Put] writes a stamp,
+// [ParseStamp] reads it, and [Stamp.Size] is its cost in bytes against the
+// service's limits.
 package ordering

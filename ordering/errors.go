@@ -9,3 +9,8 @@ var ErrKeyTooLong = errors.New("ordering key too long")
 // ErrKeyNotUTF8 is returned by [Validate] for a key that is not valid
 // UTF-8. Ordering keys are protobuf strings, which must be valid UTF-8.
 var ErrKeyNotUTF8 = errors.New("ordering key is not valid UTF-8")
+
+// ErrBadStamp is returned by [ParseStamp] and [Stamp.Validate] for a stamp
+// that is incomplete or malformed: a producer ID or a sequence number out
+// of its documented form.
+var ErrBadStamp = errors.New("bad stamp")

@@ -40,3 +40,23 @@ func ExamplePartition() {
 	// customer-2 -> 1
 	// customer-1 -> 2
 }
+
+func ExampleParseStamp() {
+	attrs := map[string]string{"source": "checkout"}
+	ordering.Stamp{Producer: "checkout-1", Seq: 42}.Put(attrs)
+	fmt.Println(attrs[ordering.ProducerAttribute], attrs[ordering.SeqAttribute])
+
+	s, err := ordering.ParseStamp(attrs)
+	fmt.Println(s.Producer, s.Seq, err)
+
+	s, err = ordering.ParseStamp(map[string]string{"source": "checkout"})
+	fmt.Println(s.IsZero(), err) // not stamped
+
+	_, err = ordering.ParseStamp(map[string]string{ordering.SeqAttribute: "042"})
+	fmt.Println(errors.Is(err, ordering.ErrBadStamp))
+	// Output:
+	// checkout-1 42
+	// checkout-1 42 <nil>
+	// true <nil>
+	// true
+}

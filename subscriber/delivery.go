@@ -38,6 +38,14 @@ type Delivery struct {
 	// DeliveryAttempt is the service's count of deliveries of the message,
 	// set only when the subscription has a dead-letter policy; 0 otherwise.
 	DeliveryAttempt int
+	// Producer and Seq are the message's stamp ([ordering.Stamp]): the
+	// producer that published it, and its number in that producer's
+	// sequence for the key. Both are zero when the message has no valid
+	// stamp. A valid stamp's two attributes are taken out of Headers, so
+	// that Headers hold what the producer's caller set; a malformed one's
+	// are left there, for the handler to see.
+	Producer string
+	Seq      uint64
 }
 
 // newDelivery builds the Delivery of m. It takes over m's attribute map,
@@ -59,6 +67,11 @@ func newDelivery(m *pubsub.Message) Delivery {
 	}
 	if m.DeliveryAttempt != nil {
 		d.DeliveryAttempt = *m.DeliveryAttempt
+	}
+	if st, err := ordering.ParseStamp(headers); err == nil && !st.IsZero() {
+		d.Producer, d.Seq = st.Producer, st.Seq
+		delete(headers, ordering.ProducerAttribute)
+		delete(headers, ordering.SeqAttribute)
 	}
 	return d
 }

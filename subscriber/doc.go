@@ -60,5 +60,29 @@
 // Receive returns when its context ends, after nacking what was queued
 // and letting running handlers finish within a drain timeout (S7).
 //
+// # Sequence numbers
+//
+// A producer may stamp each keyed message with its ID and the message's
+// number in its sequence for the key ([ordering.Stamp]);
+// [Delivery.Producer] and [Delivery.Seq] report it. On an ordered
+// subscription, a delivery whose number was processed already is a copy,
+// as a publish retried after a lost response stores it under a new message
+// ID: it is acked without calling the handler. A number past the next is a
+// gap, told to [WithGapHandler], and the message is processed as usual.
+// The state is bounded by [WithSequenceWindow] (S12). Across restarts, the
+// handler's own store can make effects exactly-once: a transaction that
+// applies the effect only if it moves the key's last applied Seq forward
+// (see examples/inbox).
+//
+// # Replay
+//
+// [Replay] reads a topic's history, from a time up to the moment it was
+// called, once, in order per key, on a subscription of its own that it
+// seeks, acks and deletes, and returns once it has caught up (S13):
+//
+//	err := subscriber.Replay(ctx, client, "orders", launch, func(ctx context.Context, d *subscriber.Delivery) error {
+//		return total.add(d.Key, d.Data)
+//	})
+//
 // Rule numbers refer to the ordering contract in the project's README.
 package subscriber

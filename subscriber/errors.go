@@ -93,3 +93,36 @@ func (e *RetryAfterError) Error() string {
 
 // Unwrap returns the wrapped error.
 func (e *RetryAfterError) Unwrap() error { return e.Err }
+
+// ErrNoRetention is returned, wrapped with the topic's name, by [Replay]
+// for a topic without message retention. Seeking a subscription on such a
+// topic succeeds but brings back nothing published before the
+// subscription existed, so a replay would look complete and be empty.
+var ErrNoRetention = errors.New("keyorder/subscriber: topic has no message retention")
+
+// ErrBeforeRetention is returned, wrapped with the topic's retention, by
+// [Replay] when it is asked to start earlier than the topic's message
+// retention reaches: the older messages are gone. A zero start reads from
+// the oldest message retained.
+var ErrBeforeRetention = errors.New("keyorder/subscriber: replay starts before the topic's retention")
+
+// ReplayError is the error [Replay] returns when its handler fails: it
+// names the message, and wraps the handler's error (a *[PanicError] for a
+// panic, [ErrHandlerExited] for runtime.Goexit).
+type ReplayError struct {
+	MessageID   string
+	Key         string
+	PublishTime time.Time
+	// Producer and Seq are the message's stamp; zero if it has none.
+	Producer string
+	Seq      uint64
+	Err      error
+}
+
+func (e *ReplayError) Error() string {
+	return fmt.Sprintf("keyorder/subscriber: replay stopped at message %s (key %q, published %s): %v",
+		e.MessageID, e.Key, e.PublishTime.Format(time.RFC3339Nano), e.Err)
+}
+
+// Unwrap returns the handler's error.
+func (e *ReplayError) Unwrap() error { return e.Err }

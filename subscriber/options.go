@@ -38,6 +38,9 @@ type config struct {
 	onError        func(d *Delivery, err error)
 	onKeyEvent     func(KeyEvent)
 	exactlyOnce    bool
+	seqWindow      int           // sequence.go
+	onGap          func(Gap)     // sequence.go
+	quiet          time.Duration // replay.go
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -52,6 +55,8 @@ func newConfig(opts []Option) (config, error) {
 		dedupWindow:    DefaultDedupWindow,
 		redeliveryWait: DefaultRedeliveryWait,
 		receive:        pubsub.DefaultReceiveSettings,
+		seqWindow:      DefaultSequenceWindow,
+		quiet:          DefaultQuietPeriod,
 	}
 	for _, opt := range opts {
 		if err := opt(&c); err != nil {
@@ -247,6 +252,71 @@ func WithErrorHandler(f func(d *Delivery, err error)) Option {
 func WithKeyEvents(f func(KeyEvent)) Option {
 	return func(c *config) error {
 		c.onKeyEvent = f
+		return nil
+	}
+}
+
+// DefaultSequenceWindow is the default of [WithSequenceWindow].
+const DefaultSequenceWindow = 10_000
+
+// WithSequenceWindow sets how many producers' sequences, one per key and
+// producer, Receive remembers to check stamped messages (see [Gap] and
+// [Delivery.Seq]): a delivery whose number its producer's sequence for the
+// key has processed already is a copy, acked without calling the handler,
+// even under a new message ID; a number past the next is a gap, reported
+// to [WithGapHandler]. The least recently active sequences are forgotten
+// first, so idle keys do not pile up; each costs about 150 bytes plus its
+// key and producer ID. A sequence forgotten and seen again starts over:
+// a copy of a message processed before it was forgotten runs again,
+// unless its ID is still in [WithDedupWindow]'s window. The default is
+// [DefaultSequenceWindow]; 0 turns the checks off.
+func WithSequenceWindow(n int) Option {
+	return func(c *config) error {
+		if n < 0 {
+			return invalid("WithSequenceWindow(%d): negative", n)
+		}
+		c.seqWindow = n
+		return nil
+	}
+}
+
+// WithGapHandler sets a function told of every gap Receive finds in a
+// producer's sequence for a key: numbers never processed here, before a
+// message about to be processed, which then is processed as usual. Each
+// gap is reported once, on the worker about to run the message, just
+// before its handler call; f should not block. A panic in it is recovered
+// and logged. The default does nothing; [Stats.Gaps] counts gaps anyway.
+//
+// A gap means the numbers were not stored (their publish failed, and the
+// messages, if republished, got new numbers), were dead-lettered, or went
+// to another client of the subscription: with several clients, a key that
+// moves between them shows here the numbers the others processed.
+func WithGapHandler(f func(Gap)) Option {
+	return func(c *config) error {
+		c.onGap = f
+		return nil
+	}
+}
+
+// DefaultQuietPeriod is the default of [WithQuietPeriod].
+const DefaultQuietPeriod = 10 * time.Second
+
+// WithQuietPeriod sets how long [Replay] waits, with nothing in its range
+// left to process, for the service to send more before it decides it has
+// caught up: Replay returns once, for d, no message published in its range
+// has arrived or finished processing. The service reports no backlog and
+// promises no order across keys, so a message it holds back for longer
+// than d is missed; a longer d costs that much more at the end of every
+// Replay. It should outlast the time the service takes to open a stream
+// and start sending, again after a broken stream: seconds, on the service.
+// Receive ignores it. The default is [DefaultQuietPeriod]; d must be
+// positive.
+func WithQuietPeriod(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return invalid("WithQuietPeriod(%v): need a positive period", d)
+		}
+		c.quiet = d
 		return nil
 	}
 }

@@ -97,6 +97,7 @@ type receiver struct {
 	stopping       chan struct{} // closed when Receive's ctx ends or pulling fails
 	lanes          lanes         // the keys with work or a hold
 	seen           processed     // recently processed message IDs (S6)
+	seqs           *sequences    // recently active producers' sequences, per key
 	tries          attempts      // calls and failures of failing messages
 	room           room          // S10
 	clock          clock         // retry and hold timers
@@ -122,6 +123,7 @@ func newReceiver(ctx context.Context, s *Subscription, h Handler) (*receiver, er
 		cancelHandlers: cancel,
 		stopping:       make(chan struct{}),
 		seen:           newProcessed(s.cfg.dedupWindow),
+		seqs:           newSequences(s.cfg.seqWindow),
 		tries:          newAttempts(),
 	}
 	r.room.init(&s.cfg, s.deadLetterAttempts)
@@ -145,6 +147,10 @@ func (r *receiver) deliver(ctx context.Context, m *pubsub.Message) {
 	j := newJob(ctx, m)
 	if r.seen.contains(m.ID) {
 		r.settle(j, outDeduplicated) // S6: processed already; acking again runs nothing
+		return
+	}
+	if !r.s.replay.admits(m) {
+		r.settle(j, outSkipped) // published after Replay started
 		return
 	}
 	var l *lane
@@ -224,6 +230,7 @@ const (
 	outTail                        // nacked unrun with its key's failed message (S5)
 	outRoom                        // nacked unrun: its key had no room (S10)
 	outShutdown                    // nacked: Receive is shutting down (S7)
+	outSkipped                     // acked unrun: outside the range a Replay reads
 )
 
 // settle acks or nacks every delivery of j's message, once (S11), and
@@ -232,7 +239,7 @@ func (r *receiver) settle(j *job, out outcome) {
 	if out == outJoined || out == outQueued || !j.settled.CompareAndSwap(false, true) {
 		return
 	}
-	ack := out == outAcked || out == outDeduplicated
+	ack := out == outAcked || out == outDeduplicated || out == outSkipped
 	for _, m := range j.stale {
 		if ack {
 			m.Ack()

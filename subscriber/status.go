@@ -113,6 +113,14 @@ type Stats struct {
 	// ack of a request that carried a refused one as failed, though the
 	// service applied the others, so this may count more than were lost.
 	AckFailed int64
+	// Duplicates counts the Deduplicated deliveries found by their stamp
+	// rather than their message ID: copies of a processed message under
+	// another ID, as a retried publish stores them (see [Gap] and
+	// [WithSequenceWindow]).
+	Duplicates int64
+	// Gaps counts the gaps in producers' sequences reported to
+	// [WithGapHandler].
+	Gaps int64
 
 	// Queued is the number of deliveries received and not started, now.
 	Queued int
@@ -126,6 +134,7 @@ type Stats struct {
 type counters struct {
 	received, acked, deduplicated, retried, failed, deadLettered  atomic.Int64
 	nackedHeld, nackedTail, nackedRoom, nackedShutdown, ackFailed atomic.Int64
+	duplicates, gaps                                              atomic.Int64 // sequence.go
 }
 
 // Stats returns what the subscription's Receive calls have done so far,
@@ -145,6 +154,8 @@ func (s *Subscription) Stats() Stats {
 		NackedRoom:     c.nackedRoom.Load(),
 		NackedShutdown: c.nackedShutdown.Load(),
 		AckFailed:      c.ackFailed.Load(),
+		Duplicates:     c.duplicates.Load(),
+		Gaps:           c.gaps.Load(),
 	}
 	if r := s.current.Load(); r != nil {
 		st.Queued, st.Running, st.Held = r.lanes.snapshot()

@@ -32,6 +32,9 @@ type Subscription struct {
 	// nil when none runs. Set and cleared by Receive.
 	current atomic.Pointer[receiver]
 	counts  counters // cumulative over every Receive
+	// replay is set, before its Receive starts, on the subscription of a
+	// Replay; nil otherwise.
+	replay *replay
 }
 
 // CreateWithTopic returns the subscription subID of topic topicID, creating

@@ -40,13 +40,20 @@ func newFakeEnv(t *testing.T, fopts []orderingtest.Option, sopts ...subscriber.O
 // "key/seq" and seq counting from 1, and waits for them.
 func (e fakeEnv) publish(t *testing.T, keys []string, perKey int) {
 	t.Helper()
+	publishRange(t, e.client, e.topic, keys, 1, perKey, "")
+}
+
+// publishRange sends messages first..last of each key to topic,
+// interleaved, with data prefix+"key/seq", and waits for them.
+func publishRange(t *testing.T, client *pubsub.Client, topic string, keys []string, first, last int, prefix string) {
+	t.Helper()
 	ctx := testContext(t)
-	p, err := publisher.New(e.client, e.topic)
+	p, err := publisher.New(client, topic)
 	require.NoError(t, err)
 	var results []*publisher.Result
-	for i := 1; i <= perKey; i++ {
+	for i := first; i <= last; i++ {
 		for _, k := range keys {
-			results = append(results, p.Publish(ctx, &publisher.Message{Data: []byte(fmt.Sprintf("%s/%d", k, i))}, publisher.WithOrderingKey(k)))
+			results = append(results, p.Publish(ctx, &publisher.Message{Data: []byte(fmt.Sprintf("%s%s/%d", prefix, k, i))}, publisher.WithOrderingKey(k)))
 		}
 	}
 	for _, r := range results {

@@ -82,9 +82,10 @@ type result struct {
 }
 
 // process calls the handler for j, unless j's message was processed while
-// j waited (S6).
+// j waited (S6), or j is a copy of a message processed already under
+// another ID (see sequence.go).
 func (r *receiver) process(j *job) result {
-	if r.seen.contains(j.d.ID) {
+	if r.seen.contains(j.d.ID) || r.copyOfProcessed(j) {
 		return result{dedup: true}
 	}
 	return result{err: r.call(j)}
@@ -108,6 +109,7 @@ func (l *lane) end(j *job, res result) {
 		// Before the ack, so that a delivery of the message that comes
 		// back after it is known as processed (S6).
 		r.seen.add(j.d.ID)
+		r.processedStamp(j)
 	}
 	var fx effects
 	l.sh.mu.Lock()

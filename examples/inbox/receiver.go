@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/keyorder/keyorder/internal/harness"
+	"github.com/keyorder/keyorder/subscriber"
+)
+
+// receiveMain is the receiver process: it applies the subscription's
+// deposits to the inbox until the inbox holds -expect effects, then exits
+// 0. It exits 1 on any error, and 2 for bad flags. The demo kills the
+// first one it starts with SIGKILL, in the middle of the run.
+func receiveMain(args []string, log io.Writer) int {
+	fs := flag.NewFlagSet("inbox -receive", flag.ContinueOnError)
+	fs.SetOutput(log)
+	addr := fs.String("addr", "", "address of the Pub/Sub server")
+	subID := fs.String("sub", "", "subscription ID")
+	path := fs.String("db", "", "the inbox's SQLite file")
+	expect := fs.Int("expect", 0, "exit once the inbox holds this many effects")
+	timeout := fs.Duration("timeout", time.Minute, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *addr == "" || *subID == "" || *path == "" || *expect < 1 {
+		fmt.Fprintln(log, "inbox -receive: -addr, -sub, -db and -expect are required")
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	if err := receive(ctx, *addr, *subID, *path, *expect, log); err != nil {
+		fmt.Fprintln(log, "inbox -receive:", err)
+		return 1
+	}
+	return 0
+}
+
+// receive runs the subscription's Receive until the inbox at path holds
+// expect effects.
+func receive(ctx context.Context, addr, subID, path string, expect int, log io.Writer) error {
+	in, err := openInbox(path)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	client, err := harness.Connect(ctx, addr)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	sub, err := subscriber.Open(ctx, client, subID,
+		subscriber.WithWorkers(4),
+		subscriber.WithGapHandler(func(g subscriber.Gap) {
+			fmt.Fprintf(log, "gap: %s from %s: numbers %d to %d never arrived\n", g.Key, g.Producer, g.From, g.To)
+		}))
+	if err != nil {
+		return err
+	}
+
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var done atomic.Bool // the inbox holds every effect
+
+	err = sub.Receive(rctx, func(ctx context.Context, d *subscriber.Delivery) error {
+		if d.Seq == 0 {
+			// Without a stamp nothing tells a redelivery from a new deposit.
+			return subscriber.Permanent(fmt.Errorf("message %s has no stamp", d.ID))
+		}
+		amount, err := strconv.ParseInt(string(d.Data), 10, 64)
+		if err != nil {
+			return subscriber.Permanent(fmt.Errorf("message %s: %w", d.ID, err))
+		}
+		if _, err := in.apply(ctx, d, amount); err != nil {
+			return err // retried; the transaction left nothing behind
+		}
+		if n, err := in.applied(ctx); err == nil && n >= expect {
+			done.Store(true)
+			stop()
+		}
+		return nil
+	})
+	switch {
+	case err != nil:
+		return err
+	case !done.Load():
+		return errors.Join(ctx.Err(), fmt.Errorf("the inbox does not hold %d effects", expect))
+	}
+	return nil
+}

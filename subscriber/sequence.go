@@ -1,0 +1,183 @@
+package subscriber
+
+import (
+	"sync"
+
+	"github.com/keyorder/keyorder/ordering"
+)
+
+// Sequence checks use the stamp a producer puts on each keyed message
+// ([ordering.Stamp]): its ID, and the message's number in its sequence for
+// the key, which counts from 1 and never reuses a number.
+//
+// The service delivers a key's messages in publish order (on an ordered
+// subscription), and a lane runs them one at a time in that order, so for
+// each (key, producer) it is enough to remember the highest number
+// processed. Checked in the turn, just before the handler call:
+//
+//   - A number at or below it is a copy of a message processed already:
+//     the service stored one publish twice, under two message IDs, when the
+//     official client retried a request whose response was lost. It is
+//     acked without calling the handler, on top of S6's ID window, which
+//     cannot see it.
+//   - A number more than one above it is a gap: the numbers between were
+//     never processed here. They failed to publish (republished or not,
+//     they were not stored under those numbers), were dead-lettered, or
+//     went to another client of the subscription. The gap is reported to
+//     [WithGapHandler], and the message is then processed as usual.
+//
+// The first stamp of a (key, producer) seen in a Receive starts its
+// sequence: nothing is reported missing before it.
+//
+// The state is bounded like the ID window: the [WithSequenceWindow] most
+// recently active (key, producer) pairs are remembered, the least recently
+// active forgotten first, so idle keys do not pile up. A pair forgotten
+// and seen again starts over. Messages without a key, without a stamp, or
+// on an unordered subscription, where the service promises no order, are
+// not checked.
+
+// A Gap is a run of a producer's sequence numbers for a key that Receive
+// has not processed, found when a later number of the same key and
+// producer came up for processing. [WithGapHandler] is told of each.
+type Gap struct {
+	Key      string
+	Producer string
+	// From and To are the first and last missing numbers.
+	From, To uint64
+	// MessageID and Seq are the message after the gap, which is then
+	// processed as usual.
+	MessageID string
+	Seq       uint64
+}
+
+// seqID names one producer's sequence for one key.
+type seqID struct{ key, producer string }
+
+// seqEntry is what is remembered of one sequence.
+type seqEntry struct {
+	id seqID
+	// done is the highest number processed: a number at or below it is a
+	// copy. edge is the highest number known to be processed or reported
+	// missing, so that a gap is reported once, and a message retried in
+	// place, or one that failed for good and was dead-lettered, is not
+	// reported twice.
+	done, edge uint64
+	// prev and next link the entries from the most to the least recently
+	// active.
+	prev, next *seqEntry
+}
+
+// sequences holds the entries of one Receive. Safe for concurrent use: mu
+// guards every field but size.
+type sequences struct {
+	size int // set once; 0 turns the checks off
+	mu   sync.Mutex
+	m    map[seqID]*seqEntry
+	root seqEntry // root.next is the most recently active, root.prev the least
+}
+
+func newSequences(size int) *sequences {
+	s := &sequences{size: size, m: make(map[seqID]*seqEntry, min(size, 1024))}
+	s.root.next, s.root.prev = &s.root, &s.root
+	return s
+}
+
+// check looks at a stamped delivery about to be processed. It reports
+// whether the delivery is a copy of a message processed already, and
+// returns the gap before it, if a new one opened.
+func (s *sequences) check(key string, st ordering.Stamp) (copied bool, gap *Gap) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.touch(seqID{key, st.Producer}, st.Seq-1)
+	if st.Seq <= e.done {
+		return true, nil
+	}
+	if from := max(e.done, e.edge) + 1; st.Seq > from {
+		gap = &Gap{Key: key, Producer: st.Producer, From: from, To: st.Seq - 1, Seq: st.Seq}
+	}
+	e.edge = max(e.edge, st.Seq-1)
+	return false, gap
+}
+
+// done records that the delivery with stamp st was processed.
+func (s *sequences) done(key string, st ordering.Stamp) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.touch(seqID{key, st.Producer}, st.Seq)
+	e.done = max(e.done, st.Seq)
+	e.edge = max(e.edge, e.done)
+}
+
+// touch returns the entry of id, made with done and edge at start if it is
+// new, as the most recently active; a new entry in a full window takes the
+// place of the least recently active. s.mu must be held.
+func (s *sequences) touch(id seqID, start uint64) *seqEntry {
+	e := s.m[id]
+	switch {
+	case e != nil:
+		e.prev.next, e.next.prev = e.next, e.prev
+	case len(s.m) >= s.size:
+		e = s.root.prev
+		delete(s.m, e.id)
+		e.prev.next, e.next.prev = e.next, e.prev
+		*e = seqEntry{id: id, done: start, edge: start}
+		s.m[id] = e
+	default:
+		e = &seqEntry{id: id, done: start, edge: start}
+		s.m[id] = e
+	}
+	e.prev, e.next = &s.root, s.root.next
+	e.next.prev, s.root.next = e, e
+	return e
+}
+
+// len returns the number of sequences remembered.
+func (s *sequences) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
+
+// sequenced reports whether j's stamp is checked in this Receive.
+func (r *receiver) sequenced(j *job) bool {
+	return r.seqs.size > 0 && r.s.ordered && j.d.Key != "" && j.d.Seq != 0
+}
+
+// copyOfProcessed is the sequence check of j, in its turn just before the
+// handler call: it reports whether j is a copy of a message processed
+// already, and reports a gap before it to the WithGapHandler callback.
+func (r *receiver) copyOfProcessed(j *job) bool {
+	if !r.sequenced(j) {
+		return false
+	}
+	d := &j.d
+	copied, gap := r.seqs.check(d.Key, ordering.Stamp{Producer: d.Producer, Seq: d.Seq})
+	if copied {
+		r.s.counts.duplicates.Add(1)
+		return true
+	}
+	if gap != nil {
+		gap.MessageID = d.ID
+		r.s.counts.gaps.Add(1)
+		r.reportGap(*gap)
+	}
+	return false
+}
+
+// processedStamp records j's stamp as processed, before j is acked, so
+// that a copy that comes after the ack is known.
+func (r *receiver) processedStamp(j *job) {
+	if r.sequenced(j) {
+		r.seqs.done(j.d.Key, ordering.Stamp{Producer: j.d.Producer, Seq: j.d.Seq})
+	}
+}
+
+// reportGap tells the WithGapHandler callback about g. A panic in the
+// callback is recovered and logged.
+func (r *receiver) reportGap(g Gap) {
+	if r.cfg.onGap == nil {
+		return
+	}
+	defer r.recoverCallback("gap handler")
+	r.cfg.onGap(g)
+}

@@ -1,0 +1,187 @@
+package subscriber
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+
+	"cloud.google.com/go/pubsub/v2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/keyorder/keyorder/ordering"
+)
+
+// TestSequenceCheck walks one (key, producer) sequence through the cases
+// sequence.go names, step by step.
+func TestSequenceCheck(t *testing.T) {
+	t.Parallel()
+	type step struct {
+		seq     uint64
+		done    bool // processed after the check
+		copied  bool
+		gap     [2]uint64 // From, To; zero for none
+		comment string
+	}
+	steps := []step{
+		{seq: 5, done: true, comment: "the first stamp starts the sequence: nothing missing before it"},
+		{seq: 6, done: true},
+		{seq: 6, copied: true, comment: "a copy stored twice"},
+		{seq: 4, copied: true, comment: "an older copy"},
+		{seq: 9, gap: [2]uint64{7, 8}, comment: "7 and 8 never came"},
+		{seq: 9, done: true, comment: "9 retried in place: the gap is not reported again"},
+		{seq: 10, comment: "10 fails for good and goes to the dead-letter topic"},
+		{seq: 11, gap: [2]uint64{10, 10}, done: true, comment: "10 was never processed here"},
+		{seq: 12, done: true},
+		{seq: 11, copied: true},
+	}
+	s := newSequences(10)
+	for i, st := range steps {
+		copied, gap := s.check("k", ordering.Stamp{Producer: "p", Seq: st.seq})
+		assert.Equal(t, st.copied, copied, "step %d (seq %d): %s", i, st.seq, st.comment)
+		if st.gap == [2]uint64{} {
+			assert.Nil(t, gap, "step %d (seq %d): %s", i, st.seq, st.comment)
+		} else if assert.NotNil(t, gap, "step %d (seq %d): %s", i, st.seq, st.comment) {
+			assert.Equal(t, Gap{Key: "k", Producer: "p", From: st.gap[0], To: st.gap[1], Seq: st.seq}, *gap, "step %d", i)
+		}
+		if st.done {
+			s.done("k", ordering.Stamp{Producer: "p", Seq: st.seq})
+		}
+	}
+}
+
+// TestSequencesPerProducerAndKey checks that sequences of different
+// producers of one key, and of different keys, do not mix.
+func TestSequencesPerProducerAndKey(t *testing.T) {
+	t.Parallel()
+	s := newSequences(10)
+	for _, id := range []seqID{{"k", "a"}, {"k", "b"}, {"j", "a"}} {
+		for seq := uint64(1); seq <= 3; seq++ {
+			copied, gap := s.check(id.key, ordering.Stamp{Producer: id.producer, Seq: seq})
+			require.False(t, copied, "%v %d", id, seq)
+			require.Nil(t, gap, "%v %d", id, seq)
+			s.done(id.key, ordering.Stamp{Producer: id.producer, Seq: seq})
+		}
+	}
+	assert.Equal(t, 3, s.len())
+}
+
+// TestSequencesAreBounded checks that idle keys do not pile up, and that
+// the least recently active sequence is the one forgotten.
+func TestSequencesAreBounded(t *testing.T) {
+	t.Parallel()
+	const size = 100
+	s := newSequences(size)
+	process := func(key string, seq uint64) (bool, *Gap) {
+		copied, gap := s.check(key, ordering.Stamp{Producer: "p", Seq: seq})
+		s.done(key, ordering.Stamp{Producer: "p", Seq: seq})
+		return copied, gap
+	}
+	process("hot", 1)
+	for i := 0; i < 10*size; i++ {
+		process(fmt.Sprintf("idle-%d", i), 1)
+		if i%(size/2) == 0 {
+			process("hot", uint64(2+i/(size/2))) // active: stays remembered
+		}
+	}
+	assert.Equal(t, size, s.len(), "the window stays at its size")
+	copied, _ := s.check("hot", ordering.Stamp{Producer: "p", Seq: 1})
+	assert.True(t, copied, "a recently active sequence is remembered")
+	copied, gap := s.check("idle-0", ordering.Stamp{Producer: "p", Seq: 1})
+	assert.False(t, copied, "a forgotten sequence starts over")
+	assert.Nil(t, gap)
+}
+
+// TestDeliveryStamp checks what the handler sees of a stamp: a valid one
+// in Producer and Seq, and out of Headers; a malformed one left in Headers.
+func TestDeliveryStamp(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		attrs    map[string]string
+		producer string
+		seq      uint64
+		headers  map[string]string
+	}{
+		{"stamped", map[string]string{"a": "1", ordering.ProducerAttribute: "p", ordering.SeqAttribute: "7"},
+			"p", 7, map[string]string{"a": "1", ordering.Header: "k"}},
+		{"not stamped", map[string]string{"a": "1"},
+			"", 0, map[string]string{"a": "1", ordering.Header: "k"}},
+		{"no attributes", nil,
+			"", 0, map[string]string{ordering.Header: "k"}},
+		{"malformed", map[string]string{ordering.ProducerAttribute: "p", ordering.SeqAttribute: "07"},
+			"", 0, map[string]string{ordering.ProducerAttribute: "p", ordering.SeqAttribute: "07", ordering.Header: "k"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			d := newDelivery(&pubsub.Message{ID: "1", OrderingKey: "k", Data: []byte("x"), Attributes: tc.attrs})
+			assert.Equal(t, tc.producer, d.Producer)
+			assert.Equal(t, tc.seq, d.Seq)
+			assert.Equal(t, tc.headers, d.Headers)
+		})
+	}
+}
+
+// BenchmarkSequenceCheck compares, per message, the stamp check (check
+// before the call, done after it) with S6's ID window (contains, then
+// add), over 10,000 keys with one producer each. The memory sub-benchmarks
+// report what one remembered sequence costs, and one remembered ID.
+func BenchmarkSequenceCheck(b *testing.B) {
+	const keys = 10_000
+	names := make([]string, keys)
+	ids := make([]string, keys)
+	for i := range names {
+		names[i] = fmt.Sprintf("customer-%05d", i)
+		ids[i] = fmt.Sprintf("%016d", 1_000_000+i)
+	}
+	b.Run("sub=ids", func(b *testing.B) {
+		// More IDs than the window holds, so that every one is new to it.
+		fresh := make([]string, 4*DefaultDedupWindow)
+		for i := range fresh {
+			fresh[i] = fmt.Sprintf("%016d", 2_000_000+i)
+		}
+		p := newProcessed(DefaultDedupWindow)
+		i := 0
+		for b.Loop() {
+			if id := fresh[i%len(fresh)]; !p.contains(id) {
+				p.add(id)
+			}
+			i++
+		}
+	})
+	b.Run("sub=stamps", func(b *testing.B) {
+		s := newSequences(DefaultSequenceWindow)
+		i := 0
+		for b.Loop() {
+			st := ordering.Stamp{Producer: "producer-7", Seq: uint64(i/keys + 1)}
+			if copied, _ := s.check(names[i%keys], st); !copied {
+				s.done(names[i%keys], st)
+			}
+			i++
+		}
+	})
+	b.Run("sub=memory", func(b *testing.B) {
+		for b.Loop() {
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			s := newSequences(keys)
+			p := newProcessed(keys)
+			for _, k := range names {
+				s.done(k, ordering.Stamp{Producer: "producer-7", Seq: 1})
+			}
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/keys, "B/seq")
+			runtime.ReadMemStats(&before)
+			for _, id := range ids {
+				p.add(id)
+			}
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/keys, "B/id")
+			runtime.KeepAlive(s)
+			runtime.KeepAlive(p)
+		}
+	})
+}
