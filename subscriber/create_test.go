@@ -139,7 +139,7 @@ func TestOptionsAreValidated(t *testing.T) {
 		subscriber.WithReceiveSettings(pubsub.ReceiveSettings{ShutdownOptions: &pubsub.ShutdownOptions{}}),
 	} {
 		_, err := subscriber.CreateWithTopic(ctx, client, topic, sub, opt)
-		require.Error(t, err)
+		require.ErrorIs(t, err, subscriber.ErrInvalidConfig)
 	}
 	// Nothing was created by the failed calls.
 	_, err := subscriber.Open(ctx, client, sub)

@@ -69,6 +69,9 @@ type lane struct {
 	// fires after WithRedeliveryWait, in case it went to another client.
 	gap    string
 	gapEnd *time.Timer
+
+	// stats counts the key's calls while it has a lane, for Stats.
+	stats laneStats
 }
 
 // trouble is a lane's failing message: the one no later message of the key

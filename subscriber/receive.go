@@ -97,6 +97,7 @@ type receiver struct {
 	tries          attempts      // calls and failures of failing messages
 	room           room          // S10
 	clock          clock         // retry and hold timers
+	census         census        // scratch for Stats (census.go)
 }
 
 func newReceiver(ctx context.Context, s *Subscription, h Handler) (*receiver, error) {
@@ -146,7 +147,7 @@ func (r *receiver) deliver(ctx context.Context, m *pubsub.Message) {
 		l = r.lanes.keyed(r, m.OrderingKey)
 	}
 	var fx effects
-	if out := l.accept(j, time.Now()); out != outQueued {
+	if out := l.accept(j, j.received); out != outQueued {
 		fx.add(j, out)
 	}
 	if !l.active {

@@ -114,6 +114,31 @@ type Stats struct {
 	Running int
 	// Held lists the keys waiting on a failed message, now, oldest first.
 	Held []HeldKey
+
+	// At is when the snapshot was taken, and Receiving whether a Receive
+	// was running then; what it holds is zero when none was.
+	At        time.Time
+	Receiving bool
+	// Workers is how many handler calls may run at once ([WithWorkers]).
+	Workers int
+	// Keys counts the keys with something in the running Receive: a
+	// delivery queued or running, a retry pending, a hold or a room gap.
+	Keys int
+	// OldestAge is how long the oldest delivery the running Receive holds,
+	// queued, running or waiting for a retry, has been here; 0 when it
+	// holds none. The service's oldest-unacked-age metric covers the
+	// whole subscription; this is the part in this process.
+	OldestAge time.Duration
+	// ActivePartitions counts the partitions with a delivery queued or
+	// running, and Partitions lists the busiest of them, most deliveries
+	// first: at most [StatsTop].
+	ActivePartitions int
+	Partitions       []PartitionStats
+	// TopBacklog lists the keys with the most deliveries here, queued or
+	// running, and TopAge those whose oldest delivery has been here
+	// longest: at most [StatsTop] each, first first.
+	TopBacklog []KeyStats
+	TopAge     []KeyStats
 }
 
 // counters are the cumulative counts of Stats. Every field is atomic.
@@ -123,8 +148,12 @@ type counters struct {
 }
 
 // Stats returns what the subscription's Receive calls have done so far,
-// and what the running one holds now. It is safe to call at any time; the
-// counts are cumulative over every Receive on the Subscription.
+// and what the running one holds now: its backlog by partition and by key
+// (hot keys), and its held keys. It is safe to call at any time; the
+// counts are cumulative over every Receive on the Subscription. It takes
+// each lane shard's mutex in turn, briefly: about 5 ms with 100,000 keys
+// holding deliveries (BenchmarkStats), so calling it every second is
+// cheap.
 func (s *Subscription) Stats() Stats {
 	c := &s.counts
 	st := Stats{
@@ -139,8 +168,9 @@ func (s *Subscription) Stats() Stats {
 		NackedRoom:     c.nackedRoom.Load(),
 		NackedShutdown: c.nackedShutdown.Load(),
 	}
+	st.At, st.Workers = time.Now(), s.cfg.workers
 	if r := s.current.Load(); r != nil {
-		st.Queued, st.Running, st.Held = r.lanes.snapshot()
+		r.survey(&st, st.At, true)
 	}
 	return st
 }

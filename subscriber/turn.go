@@ -104,6 +104,7 @@ func (r *receiver) call(j *job) (err error) {
 func (l *lane) end(j *job, res result) {
 	r := l.r
 	now := time.Now()
+	took := now.Sub(l.busySince) // set by begin, on this goroutine
 	if res.err == nil && !res.dedup {
 		// Before the ack, so that a delivery of the message that comes
 		// back after it is known as processed (S6).
@@ -113,7 +114,8 @@ func (l *lane) end(j *job, res result) {
 	l.sh.mu.Lock()
 	l.running = nil
 	if !res.dedup {
-		l.pace = ewma(l.pace, now.Sub(l.busySince))
+		l.pace = ewma(l.pace, took)
+		l.stats.ran(took)
 	}
 	switch {
 	case res.dedup:
