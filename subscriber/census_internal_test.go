@@ -84,7 +84,8 @@ func liveReceiver(tb testing.TB, keys, perKey int) *Subscription {
 	r, err := newReceiver(context.Background(), s, func(context.Context, *Delivery) error { return nil })
 	require.NoError(tb, err)
 	tb.Cleanup(func() {
-		// The jobs have no messages to settle: stop the pool, only.
+		// The jobs have no messages to settle: stop what runs, only.
+		r.obs.close()
 		_ = r.pool.Stop(context.Background())
 	})
 	start := time.Now().Add(-time.Hour)

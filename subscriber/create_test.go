@@ -137,6 +137,8 @@ func TestOptionsAreValidated(t *testing.T) {
 		subscriber.WithDedupWindow(-1),
 		subscriber.WithRedeliveryWait(0),
 		subscriber.WithReceiveSettings(pubsub.ReceiveSettings{ShutdownOptions: &pubsub.ShutdownOptions{}}),
+		subscriber.WithMeterProvider(nil),
+		subscriber.WithLogger(nil),
 	} {
 		_, err := subscriber.CreateWithTopic(ctx, client, topic, sub, opt)
 		require.ErrorIs(t, err, subscriber.ErrInvalidConfig)

@@ -55,6 +55,7 @@ func (l *lane) failed(j *job, err error, now time.Time, fx *effects) {
 		return
 	}
 
+	j.err = err // for the log of its failure
 	fx.add(j, outFailed)
 	if l.key == "" || !r.s.ordered {
 		// Nothing to keep in order behind it (S8).

@@ -44,6 +44,9 @@ type job struct {
 	// received is when the first delivery arrived: the age of what this
 	// process holds (Stats, the oldest_unacked.age gauge). Set once.
 	received time.Time
+	// err is the error of the call that made the message fail for good,
+	// for its log; set under the shard mutex before it is settled.
+	err error
 
 	size    int64       // bytes of data, for room (S10)
 	counted bool        // counted in the receiver's room; set once, before the job is shared

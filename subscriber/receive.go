@@ -3,7 +3,6 @@ package subscriber
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"runtime/debug"
 	"time"
 
@@ -97,6 +96,7 @@ type receiver struct {
 	tries          attempts      // calls and failures of failing messages
 	room           room          // S10
 	clock          clock         // retry and hold timers
+	obs            *recorder     // metrics and logs (observe.go)
 	census         census        // scratch for Stats (census.go)
 }
 
@@ -122,6 +122,7 @@ func newReceiver(ctx context.Context, s *Subscription, h Handler) (*receiver, er
 		tries:          newAttempts(),
 	}
 	r.room.init(&s.cfg, s.deadLetterAttempts)
+	r.obs = newRecorder(s, r.gauges)
 	return r, nil
 }
 
@@ -239,6 +240,7 @@ func (r *receiver) settle(j *job, out outcome) {
 		j.msg.Nack()
 	}
 	r.room.give(j)
+	r.obs.settled(j, out, out == outFailed && r.deadLettered(j))
 	c := &r.s.counts
 	switch out {
 	case outAcked:
@@ -277,8 +279,9 @@ func (r *receiver) apply(l *lane, fx *effects) {
 	}
 }
 
-// emit tells the WithKeyEvents callback about a key.
+// emit logs a key event and tells the WithKeyEvents callback.
 func (r *receiver) emit(ev KeyEvent) {
+	r.obs.keyEvent(ev)
 	if r.cfg.onKeyEvent == nil {
 		return
 	}
@@ -290,7 +293,7 @@ func (r *receiver) emit(ev KeyEvent) {
 // callback's caller has settled what it had to already.
 func (r *receiver) recoverCallback(what string) {
 	if v := recover(); v != nil {
-		slog.Error("keyorder/subscriber: "+what+" panicked", "subscription", r.s.name, "panic", v, "stack", string(debug.Stack()))
+		r.obs.callbackPanicked(what, v, debug.Stack())
 	}
 }
 
@@ -324,4 +327,5 @@ func (r *receiver) shutdown() {
 	}
 	cancel()
 	r.clock.wg.Wait()
+	r.obs.close()
 }

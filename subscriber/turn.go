@@ -105,6 +105,7 @@ func (l *lane) end(j *job, res result) {
 	r := l.r
 	now := time.Now()
 	took := now.Sub(l.busySince) // set by begin, on this goroutine
+	r.obs.handled(j, took, res)  // before the lane moves on: j is still this turn's
 	if res.err == nil && !res.dedup {
 		// Before the ack, so that a delivery of the message that comes
 		// back after it is known as processed (S6).
