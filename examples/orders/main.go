@@ -72,6 +72,9 @@ type config struct {
 	customers int
 	events    int           // per customer
 	wait      time.Duration // mode all: for every order; subscribe: how long to run
+	status    string        // address of the status page; "" for none
+	work      time.Duration // how long each order takes to process
+	flaky     string        // a customer whose second order fails its first calls
 }
 
 func parseFlags(args []string) (config, error) {
@@ -83,6 +86,9 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.customers, "customers", 12, "customers, each an ordering key")
 	fs.IntVar(&cfg.events, "events", 6, "order events per customer")
 	fs.DurationVar(&cfg.wait, "wait", 30*time.Second, "-mode=all: how long to wait for every order; -mode=subscribe: how long to receive")
+	fs.StringVar(&cfg.status, "status", "", "serve the subscription's status page at this address while receiving, e.g. localhost:8080")
+	fs.DurationVar(&cfg.work, "work", 0, "how long processing each order takes")
+	fs.StringVar(&cfg.flaky, "flaky", "", "a customer, e.g. c-03, whose second order fails its first 5 calls, so that its key is held for a while")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -98,6 +104,10 @@ func parseFlags(args []string) (config, error) {
 		return config{}, errors.New("-customers and -events must be at least 1")
 	case cfg.wait <= 0:
 		return config{}, errors.New("-wait must be positive")
+	case cfg.work < 0:
+		return config{}, errors.New("-work must not be negative")
+	case cfg.status != "" && cfg.mode == "publish":
+		return config{}, errors.New("-status needs a mode that receives")
 	}
 	return cfg, nil
 }
@@ -142,6 +152,14 @@ func demo(ctx context.Context, client *pubsub.Client, cfg config, out io.Writer)
 		return err
 	}
 	fmt.Fprintf(out, "topic %s, ordered subscription %s\n", cfg.topic, cfg.sub)
+	if cfg.status != "" && cfg.mode != "publish" {
+		url, stop, err := serveStatus(cfg.status, sub)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		fmt.Fprintln(out, "status page:", url)
+	}
 	switch cfg.mode {
 	case "publish":
 		return publish(ctx, client, cfg.topic, cfg, out)
