@@ -34,6 +34,21 @@
 // the keys over the subscribers, and checks that each key's messages came
 // in increasing order; it cannot know which ones the others had. See
 // receiveFor for what order means across processes.
+//
+// # Watching it
+//
+// With -status=localhost:8080 the program serves the subscription's
+// status page (package subscriber/statuspage) at
+// http://localhost:8080/debug/keyorder/ while it receives. -work makes
+// each order take a while, so that a backlog builds, and -flaky=c-07
+// fails customer c-07's second order past its attempts, so that its key
+// is held until the server brings the order back, and the hold is logged.
+// On the ordering-faithful fake, since pstest delivers about 100 orders a
+// second:
+//
+//	go run ./examples/emulator -fake &
+//	PUBSUB_EMULATOR_HOST=localhost:8085 go run ./examples/orders \
+//		-customers=300 -events=40 -work=8ms -flaky=c-07 -status=localhost:8080
 package main
 
 import (
