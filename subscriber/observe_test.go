@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/subscriber"
 )
@@ -100,16 +100,7 @@ func (m meter) collect(t *testing.T, sub string, keys []string) map[string]instr
 }
 
 // logRecords is a JSON log of one test, safe for concurrent use.
-type logRecords struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logRecords) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
+type logRecords struct{ harness.Buffer }
 
 func (l *logRecords) logger() *slog.Logger {
 	return slog.New(slog.NewJSONHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -118,10 +109,8 @@ func (l *logRecords) logger() *slog.Logger {
 // records returns the records logged so far whose subscription is sub.
 func (l *logRecords) records(t *testing.T, sub string) []map[string]any {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []map[string]any
-	for _, line := range bytes.Split(bytes.TrimSpace(l.buf.Bytes()), []byte("\n")) {
+	for _, line := range bytes.Split(bytes.TrimSpace([]byte(l.String())), []byte("\n")) {
 		if len(line) == 0 {
 			continue
 		}

@@ -136,7 +136,7 @@ type Stats struct {
 	Partitions       []PartitionStats
 	// TopBacklog lists the keys with the most deliveries here, queued or
 	// running, and TopAge those whose oldest delivery has been here
-	// longest: at most [StatsTop] each, first first.
+	// longest: at most [StatsTop] each, in that order.
 	TopBacklog []KeyStats
 	TopAge     []KeyStats
 }

@@ -182,24 +182,6 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer that a test may read while demo writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestStatusAndFlaky runs with -status, -work and -flaky on the fake: the
 // status page answers while the orders are received, the flaky
 // customer's key is held and released, and every customer's orders are
@@ -210,7 +192,7 @@ func TestStatusAndFlaky(t *testing.T) {
 	ctx := testContext(t)
 	cfg := config{mode: "all", customers: 4, events: 3, wait: 15 * time.Second,
 		status: "127.0.0.1:0", work: 5 * time.Millisecond, flaky: "c-02"}
-	var out syncBuffer
+	var out harness.Buffer
 	done := make(chan error, 1)
 	go func() { done <- demo(ctx, client, cfg, &out) }()
 

@@ -41,7 +41,7 @@ func Handler(sub *subscriber.Subscription) http.Handler {
 			return
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		if err := page.Execute(w, st); err != nil {
+		if err := page.Execute(w, newPageData(st)); err != nil {
 			// The response has begun: nothing better to do than cut it.
 			panic(http.ErrAbortHandler)
 		}
@@ -165,6 +165,25 @@ func keys(ks []subscriber.KeyStats) []Key {
 		})
 	}
 	return out
+}
+
+// pageData is what the page's template shows: the status, and its two
+// rankings of keys, which share a table's layout.
+type pageData struct {
+	Status
+	Rankings []ranking
+}
+
+type ranking struct {
+	Title, Note, ID string // ID names the table body the script refills
+	Keys            []Key
+}
+
+func newPageData(st Status) pageData {
+	return pageData{Status: st, Rankings: []ranking{
+		{"Hot keys by backlog", "deliveries here, queued or running", "backlog", st.TopBacklog},
+		{"Hot keys by age", "oldest delivery here first", "aged", st.TopAge},
+	}}
 }
 
 //go:embed page.html
