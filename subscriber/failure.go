@@ -73,6 +73,10 @@ func (l *lane) failed(j *job, err error, now time.Time, fx *effects) {
 	// S5: the failed message first, then its tail, so that the service
 	// sends them back in order.
 	l.nackTail(fx)
+	// A room gap (S10) waits for a later message: the failed one now comes
+	// back first, with everything after it, and the gap would nack the
+	// messages between the two and let the later one run before them.
+	l.closeGap()
 	t.held, t.retryAt = true, time.Time{}
 	t.lapse = r.clock.after(r.cfg.redeliveryWait, func() { l.lapsed(t) })
 	if !t.reported {
