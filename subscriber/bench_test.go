@@ -9,6 +9,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/publisher"
@@ -114,17 +115,29 @@ func BenchmarkReceive(b *testing.B) {
 				})
 			})
 		})
-		b.Run("keyorder/"+fc.name, func(b *testing.B) {
-			measure(b, func(ctx context.Context, sub string, handled func()) error {
-				s, err := subscriber.Open(ctx, client, sub, subscriber.WithReceiveSettings(fc.settings))
-				if err != nil {
-					return err
-				}
-				return s.Receive(ctx, func(context.Context, *subscriber.Delivery) error {
-					handled()
-					return nil
+		for _, kv := range []struct {
+			name string
+			opts []subscriber.Option
+		}{
+			// The global meter provider, which does nothing until the
+			// application installs one.
+			{"keyorder", nil},
+			// An SDK meter provider, read by hand: the cost of metrics on.
+			{"keyorder+metrics", []subscriber.Option{subscriber.WithMeterProvider(
+				sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader())))}},
+		} {
+			b.Run(kv.name+"/"+fc.name, func(b *testing.B) {
+				measure(b, func(ctx context.Context, sub string, handled func()) error {
+					s, err := subscriber.Open(ctx, client, sub, append(kv.opts, subscriber.WithReceiveSettings(fc.settings))...)
+					if err != nil {
+						return err
+					}
+					return s.Receive(ctx, func(context.Context, *subscriber.Delivery) error {
+						handled()
+						return nil
+					})
 				})
 			})
-		})
+		}
 	}
 }

@@ -137,9 +137,11 @@ func TestOptionsAreValidated(t *testing.T) {
 		subscriber.WithDedupWindow(-1),
 		subscriber.WithRedeliveryWait(0),
 		subscriber.WithReceiveSettings(pubsub.ReceiveSettings{ShutdownOptions: &pubsub.ShutdownOptions{}}),
+		subscriber.WithMeterProvider(nil),
+		subscriber.WithLogger(nil),
 	} {
 		_, err := subscriber.CreateWithTopic(ctx, client, topic, sub, opt)
-		require.Error(t, err)
+		require.ErrorIs(t, err, subscriber.ErrInvalidConfig)
 	}
 	// Nothing was created by the failed calls.
 	_, err := subscriber.Open(ctx, client, sub)

@@ -84,5 +84,36 @@
 //		return total.add(d.Key, d.Data)
 //	})
 //
+// # Observability
+//
+// Receive reports through the OpenTelemetry metric API and log/slog, from
+// the events it already has: a message settled, a handler call ended, a
+// key held or released. [WithMeterProvider] sets where metrics go; by
+// default the global provider, which does nothing until the application
+// installs one. The instruments, whose points all carry the attribute
+// messaging.destination.subscription.name and never a key:
+//
+//   - keyorder.subscriber.deliveries (counter): messages settled, by
+//     keyorder.outcome (acked, deduplicated, nacked, held, dead_lettered;
+//     parked is reserved for the parking of failed keys) and
+//     keyorder.reason (failed, room, shutdown, tail, hold);
+//   - keyorder.subscriber.handler.duration (histogram, s): handler calls,
+//     by keyorder.outcome ok, error or panic;
+//   - keyorder.subscriber.held_keys, keyorder.subscriber.queued and
+//     keyorder.subscriber.oldest_unacked.age (gauges; the last in s),
+//     observed while Receive runs.
+//
+// [WithLogger] sets the logger, slog.Default() by default: holds and
+// failures for good at Warn, releases at Info, panics at Error with their
+// stack, and each failed call at Debug; nothing per message at Info.
+//
+// The handler's ctx carries the values of the official client's context
+// for the message, so when the client traces
+// (pubsub.ClientConfig.EnableOpenTelemetryTracing), the message's span is
+// in ctx and the handler's own spans are its children.
+//
+// [Subscription.Stats] lists the busiest partitions and the hot keys, by
+// local backlog and by age; package statuspage serves it as a live page.
+//
 // Rule numbers refer to the ordering contract in the project's README.
 package subscriber

@@ -63,7 +63,7 @@ func TestExactlyOnceFailedAckRunsAgain(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			calls = append(calls, string(d.Data))
-			if n := count(calls, "k/2"); n == 2 {
+			if n := countOf(calls, "k/2"); n == 2 {
 				close(ranTwice)
 			}
 			return nil
@@ -84,11 +84,11 @@ func TestExactlyOnceFailedAckRunsAgain(t *testing.T) {
 	assert.GreaterOrEqual(t, s.Stats().AckFailed, int64(1))
 	mu.Lock()
 	defer mu.Unlock()
-	assert.Equal(t, 1, count(calls, "k/1"))
-	assert.Equal(t, 1, count(calls, "k/3"), "k/3's ack was final: the service does not send it again")
+	assert.Equal(t, 1, countOf(calls, "k/1"))
+	assert.Equal(t, 1, countOf(calls, "k/3"), "k/3's ack was final: the service does not send it again")
 }
 
-func count(list []string, s string) int {
+func countOf(list []string, s string) int {
 	n := 0
 	for _, x := range list {
 		if x == s {

@@ -55,23 +55,31 @@ func (l *lane) failed(j *job, err error, now time.Time, fx *effects) {
 		return
 	}
 
+	j.err = err // for the log of its failure
 	fx.add(j, outFailed)
+	deadLettered := r.deadLettered(j)
+	if deadLettered {
+		r.s.counts.deadLettered.Add(1)
+	}
 	if l.key == "" || !r.s.ordered {
 		// Nothing to keep in order behind it (S8).
 		l.trouble = nil
 		return
 	}
-	if r.deadLettered(j) {
+	if deadLettered {
 		// The service forwards the message instead of sending it back,
 		// and goes on with the key: waiting for it would hold the key
 		// for ever, and the tail may run.
-		r.s.counts.deadLettered.Add(1)
 		l.endTrouble(fx, ReasonDeadLettered, now)
 		return
 	}
 	// S5: the failed message first, then its tail, so that the service
 	// sends them back in order.
 	l.nackTail(fx)
+	// A room gap (S10) waits for a later message: the failed one now comes
+	// back first, with everything after it, and the gap would nack the
+	// messages between the two and let the later one run before them.
+	l.closeGap()
 	t.held, t.retryAt = true, time.Time{}
 	t.lapse = r.clock.after(r.cfg.redeliveryWait, func() { l.lapsed(t) })
 	if !t.reported {

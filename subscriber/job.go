@@ -41,13 +41,20 @@ type job struct {
 	// delivery may be called again. Set when the job is accepted.
 	notBefore time.Time
 
+	// received is when the first delivery arrived: the age of what this
+	// process holds (Stats, the oldest_unacked.age gauge). Set once.
+	received time.Time
+	// err is the error of the call that made the message fail for good,
+	// for its log; set under the shard mutex before it is settled.
+	err error
+
 	size    int64       // bytes of data, for room (S10)
 	counted bool        // counted in the receiver's room; set once, before the job is shared
 	settled atomic.Bool // set by the one ack or nack (S11)
 }
 
 func newJob(ctx context.Context, m *pubsub.Message) *job {
-	return &job{msg: m, ctx: ctx, d: newDelivery(m), size: int64(len(m.Data))}
+	return &job{msg: m, ctx: ctx, d: newDelivery(m), size: int64(len(m.Data)), received: time.Now()}
 }
 
 // deliveryAttempt is the service's count for the newest delivery, 0 when

@@ -69,6 +69,9 @@ type lane struct {
 	// fires after WithRedeliveryWait, in case it went to another client.
 	gap    string
 	gapEnd *time.Timer
+
+	// stats counts the key's calls while it has a lane, for Stats.
+	stats laneStats
 }
 
 // trouble is a lane's failing message: the one no later message of the key
@@ -179,6 +182,9 @@ func (l *lane) heldKey() HeldKey {
 	k := HeldKey{
 		Key: l.key, MessageID: t.id, Since: t.since, Attempt: t.attempt, Err: t.err,
 		Held: t.held, RetryAt: t.retryAt, Queued: l.queue.Len(),
+	}
+	if k.Queued > 0 && l.queue.At(0).d.ID == t.id {
+		k.Queued-- // the failed message itself, waiting at the head for its retry
 	}
 	if l.running != nil && l.running.d.ID != t.id {
 		k.Queued++

@@ -2,9 +2,11 @@ package subscriber
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Defaults of the options.
@@ -38,9 +40,11 @@ type config struct {
 	onError        func(d *Delivery, err error)
 	onKeyEvent     func(KeyEvent)
 	exactlyOnce    bool
-	seqWindow      int           // sequence.go
-	onGap          func(Gap)     // sequence.go
-	quiet          time.Duration // replay.go
+	seqWindow      int                  // sequence.go
+	onGap          func(Gap)            // sequence.go
+	quiet          time.Duration        // replay.go
+	meterProvider  metric.MeterProvider // nil: the global one, when Receive starts
+	logger         *slog.Logger         // nil: slog.Default(), when Receive starts
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -317,6 +321,38 @@ func WithQuietPeriod(d time.Duration) Option {
 			return invalid("WithQuietPeriod(%v): need a positive period", d)
 		}
 		c.quiet = d
+		return nil
+	}
+}
+
+// WithMeterProvider sets where Receive reports its metrics (see the
+// package documentation, Observability). The default is the global
+// provider, otel.GetMeterProvider(), which does nothing until the
+// application installs one with otel.SetMeterProvider; it is looked up
+// when Receive starts. mp must not be nil.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) error {
+		if mp == nil {
+			return invalid("WithMeterProvider(nil): leave the option out for the global provider")
+		}
+		c.meterProvider = mp
+		return nil
+	}
+}
+
+// WithLogger sets the logger of Receive (see the package documentation,
+// Observability). It logs holds and failures for good at Warn, releases
+// at Info, panics of handlers and callbacks at Error with their stack, and
+// each failed call at Debug: nothing per message at Info. The default is
+// slog.Default() as it is when Receive starts, so that holds and panics
+// are seen without setup. l must not be nil; slog.New(slog.DiscardHandler)
+// logs nothing.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return invalid("WithLogger(nil): use slog.New(slog.DiscardHandler) to log nothing")
+		}
+		c.logger = l
 		return nil
 	}
 }

@@ -3,7 +3,6 @@ package subscriber
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"runtime/debug"
 	"time"
 
@@ -102,6 +101,8 @@ type receiver struct {
 	room           room          // S10
 	clock          clock         // retry and hold timers
 	confirm        *confirmer    // exactly-once subscriptions only: watches ack answers
+	obs            *recorder     // metrics and logs (observe.go)
+	census         census        // scratch for Stats (census.go)
 }
 
 func newReceiver(ctx context.Context, s *Subscription, h Handler) (*receiver, error) {
@@ -131,6 +132,7 @@ func newReceiver(ctx context.Context, s *Subscription, h Handler) (*receiver, er
 		r.confirm = &confirmer{}
 		r.confirm.start(r)
 	}
+	r.obs = newRecorder(s, r.gauges)
 	return r, nil
 }
 
@@ -160,7 +162,7 @@ func (r *receiver) deliver(ctx context.Context, m *pubsub.Message) {
 		l = r.lanes.keyed(r, m.OrderingKey)
 	}
 	var fx effects
-	if out := l.accept(j, time.Now()); out != outQueued {
+	if out := l.accept(j, j.received); out != outQueued {
 		fx.add(j, out)
 	}
 	if !l.active {
@@ -231,6 +233,8 @@ const (
 	outRoom                        // nacked unrun: its key had no room (S10)
 	outShutdown                    // nacked: Receive is shutting down (S7)
 	outSkipped                     // acked unrun: outside the range a Replay reads
+
+	numOutcomes // the number of outcomes, for tables indexed by outcome
 )
 
 // settle acks or nacks every delivery of j's message, once (S11), and
@@ -253,6 +257,7 @@ func (r *receiver) settle(j *job, out outcome) {
 		j.msg.Nack()
 	}
 	r.room.give(j)
+	r.obs.settled(j, out, out == outFailed && r.deadLettered(j))
 	c := &r.s.counts
 	switch out {
 	case outAcked:
@@ -291,8 +296,9 @@ func (r *receiver) apply(l *lane, fx *effects) {
 	}
 }
 
-// emit tells the WithKeyEvents callback about a key.
+// emit logs a key event and tells the WithKeyEvents callback.
 func (r *receiver) emit(ev KeyEvent) {
+	r.obs.keyEvent(ev)
 	if r.cfg.onKeyEvent == nil {
 		return
 	}
@@ -304,7 +310,7 @@ func (r *receiver) emit(ev KeyEvent) {
 // callback's caller has settled what it had to already.
 func (r *receiver) recoverCallback(what string) {
 	if v := recover(); v != nil {
-		slog.Error("keyorder/subscriber: "+what+" panicked", "subscription", r.s.name, "panic", v, "stack", string(debug.Stack()))
+		r.obs.callbackPanicked(what, v, debug.Stack())
 	}
 }
 
@@ -338,4 +344,5 @@ func (r *receiver) shutdown() {
 	}
 	cancel()
 	r.clock.wg.Wait()
+	r.obs.close()
 }

@@ -152,13 +152,16 @@ func (r *receiver) copyOfProcessed(j *job) bool {
 	}
 	d := &j.d
 	copied, gap := r.seqs.check(d.Key, ordering.Stamp{Producer: d.Producer, Seq: d.Seq})
+	ctx := handlerContext{Context: j.ctx, life: r.handlerCtx}
 	if copied {
 		r.s.counts.duplicates.Add(1)
+		r.obs.sequenceDuplicate(ctx, d.Key, d.Producer, d.Seq, d.ID)
 		return true
 	}
 	if gap != nil {
 		gap.MessageID = d.ID
 		r.s.counts.gaps.Add(1)
+		r.obs.sequenceGap(ctx, gap.Key, gap.Producer, gap.From, gap.To)
 		r.reportGap(*gap)
 	}
 	return false

@@ -3,6 +3,8 @@ package subscriber_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 
@@ -123,12 +125,13 @@ func TestGapReported(t *testing.T) {
 		mu   sync.Mutex
 		gaps []subscriber.Gap
 		got  []string
+		logs harness.Buffer
 	)
 	e := newFakeEnv(t, nil, subscriber.WithGapHandler(func(g subscriber.Gap) {
 		mu.Lock()
 		defer mu.Unlock()
 		gaps = append(gaps, g)
-	}))
+	}), subscriber.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	msg := func(i int) stamped {
 		return stamped{key: "acct", data: fmt.Sprintf("acct/%d", i), stamp: ordering.Stamp{Producer: "p-1", Seq: uint64(i)}}
 	}
@@ -176,6 +179,8 @@ func TestGapReported(t *testing.T) {
 	assert.Equal(t, subscriber.Gap{Key: "acct", Producer: "p-1", From: 4, To: 5, MessageID: g.MessageID, Seq: 6}, g)
 	assert.NotEmpty(t, g.MessageID)
 	assert.EqualValues(t, 1, e.sub.Stats().Gaps)
+	assert.Equal(t, 1, strings.Count(logs.String(), "sequence gap"), "the gap is logged once: %s", logs.String())
+	assert.Contains(t, logs.String(), "first_missing=4 last_missing=5")
 }
 
 // TestSequenceWindowOff checks that WithSequenceWindow(0) turns the checks

@@ -105,6 +105,8 @@ func (r *receiver) call(j *job) (err error) {
 func (l *lane) end(j *job, res result) {
 	r := l.r
 	now := time.Now()
+	took := now.Sub(l.busySince) // set by begin, on this goroutine
+	r.obs.handled(j, took, res)  // before the lane moves on: j is still this turn's
 	if res.err == nil && !res.dedup {
 		// Before the ack, so that a delivery of the message that comes
 		// back after it is known as processed (S6).
@@ -115,7 +117,8 @@ func (l *lane) end(j *job, res result) {
 	l.sh.mu.Lock()
 	l.running = nil
 	if !res.dedup {
-		l.pace = ewma(l.pace, now.Sub(l.busySince))
+		l.pace = ewma(l.pace, took)
+		l.stats.ran(took)
 	}
 	switch {
 	case res.dedup:

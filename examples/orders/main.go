@@ -34,6 +34,21 @@
 // the keys over the subscribers, and checks that each key's messages came
 // in increasing order; it cannot know which ones the others had. See
 // receiveFor for what order means across processes.
+//
+// # Watching it
+//
+// With -status=localhost:8080 the program serves the subscription's
+// status page (package subscriber/statuspage) at
+// http://localhost:8080/debug/keyorder/ while it receives. -work makes
+// each order take a while, so that a backlog builds, and -flaky=c-07
+// fails customer c-07's second order past its attempts, so that its key
+// is held until the server brings the order back, and the hold is logged.
+// On the ordering-faithful fake, since pstest delivers about 100 orders a
+// second:
+//
+//	go run ./examples/emulator -fake &
+//	PUBSUB_EMULATOR_HOST=localhost:8085 go run ./examples/orders \
+//		-customers=300 -events=40 -work=8ms -flaky=c-07 -status=localhost:8080
 package main
 
 import (
@@ -72,6 +87,9 @@ type config struct {
 	customers int
 	events    int           // per customer
 	wait      time.Duration // mode all: for every order; subscribe: how long to run
+	status    string        // address of the status page; "" for none
+	work      time.Duration // how long each order takes to process
+	flaky     string        // a customer whose second order fails its first calls
 }
 
 func parseFlags(args []string) (config, error) {
@@ -83,6 +101,9 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.customers, "customers", 12, "customers, each an ordering key")
 	fs.IntVar(&cfg.events, "events", 6, "order events per customer")
 	fs.DurationVar(&cfg.wait, "wait", 30*time.Second, "-mode=all: how long to wait for every order; -mode=subscribe: how long to receive")
+	fs.StringVar(&cfg.status, "status", "", "serve the subscription's status page at this address while receiving, e.g. localhost:8080")
+	fs.DurationVar(&cfg.work, "work", 0, "how long processing each order takes")
+	fs.StringVar(&cfg.flaky, "flaky", "", "a customer, e.g. c-03, whose second order fails its first 5 calls, so that its key is held for a while")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -98,6 +119,10 @@ func parseFlags(args []string) (config, error) {
 		return config{}, errors.New("-customers and -events must be at least 1")
 	case cfg.wait <= 0:
 		return config{}, errors.New("-wait must be positive")
+	case cfg.work < 0:
+		return config{}, errors.New("-work must not be negative")
+	case cfg.status != "" && cfg.mode == "publish":
+		return config{}, errors.New("-status needs a mode that receives")
 	}
 	return cfg, nil
 }
@@ -142,6 +167,14 @@ func demo(ctx context.Context, client *pubsub.Client, cfg config, out io.Writer)
 		return err
 	}
 	fmt.Fprintf(out, "topic %s, ordered subscription %s\n", cfg.topic, cfg.sub)
+	if cfg.status != "" && cfg.mode != "publish" {
+		url, stop, err := serveStatus(cfg.status, sub)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		fmt.Fprintln(out, "status page:", url)
+	}
 	switch cfg.mode {
 	case "publish":
 		return publish(ctx, client, cfg.topic, cfg, out)

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/subscriber"
+	"github.com/keyorder/keyorder/subscriber/statuspage"
 )
 
 func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
@@ -166,6 +169,9 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-customers=0"}, "at least 1"},
 		{[]string{"-wait=0s"}, "-wait must be positive"},
 		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"-status=localhost:8080", "-work=20ms", "-flaky=c-03"}, ""},
+		{[]string{"-mode=publish", "-topic=t", "-sub=s", "-status=localhost:8080"}, "-status needs a mode that receives"},
+		{[]string{"-work=-1s"}, "-work must not be negative"},
 	} {
 		_, err := parseFlags(tc.args)
 		if tc.err == "" {
@@ -174,4 +180,43 @@ func TestParseFlags(t *testing.T) {
 			assert.ErrorContains(t, err, tc.err, "%q", tc.args)
 		}
 	}
+}
+
+// TestStatusAndFlaky runs with -status, -work and -flaky on the fake: the
+// status page answers while the orders are received, the flaky
+// customer's key is held and released, and every customer's orders are
+// still processed once each, in order.
+func TestStatusAndFlaky(t *testing.T) {
+	t.Parallel()
+	_, client := harness.Fake(t)
+	ctx := testContext(t)
+	cfg := config{mode: "all", customers: 4, events: 3, wait: 15 * time.Second,
+		status: "127.0.0.1:0", work: 5 * time.Millisecond, flaky: "c-02"}
+	var out harness.Buffer
+	done := make(chan error, 1)
+	go func() { done <- demo(ctx, client, cfg, &out) }()
+
+	var url string
+	for url == "" {
+		select {
+		case err := <-done:
+			t.Fatalf("demo returned before its status page was up: %v\n%s", err, out.String())
+		case <-time.After(time.Millisecond):
+		}
+		if _, rest, ok := strings.Cut(out.String(), "status page: "); ok {
+			url, _, _ = strings.Cut(rest, "\n")
+		}
+	}
+	res, err := http.Get(url + "?format=json")
+	require.NoError(t, err)
+	var st statuspage.Status
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&st))
+	res.Body.Close()
+	assert.Contains(t, out.String(), "ordered subscription "+st.Subscription[strings.LastIndexByte(st.Subscription, '/')+1:])
+
+	require.NoError(t, <-done, out.String())
+	assert.Contains(t, out.String(), "processed 12 of 12 orders")
+	assert.Contains(t, out.String(), "once each, in publish order")
+	_, err = http.Get(url)
+	assert.Error(t, err, "the page stops with the run")
 }

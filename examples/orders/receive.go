@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -13,12 +14,19 @@ import (
 	"github.com/keyorder/keyorder/subscriber"
 )
 
+// flakyCalls is how many calls of -flaky's second order fail.
+const flakyCalls = subscriber.DefaultMaxAttempts
+
+var errFlaky = errors.New("downstream unavailable (-flaky)")
+
 // tally is what one Receive processed. Its handler runs on the
 // subscriber's worker goroutines, several at once.
 type tally struct {
 	check *orderingtest.Checker
-	want  int    // stop once this many are processed; 0: never
-	stop  func() // ends the Receive
+	want  int           // stop once this many are processed; 0: never
+	stop  func()        // ends the Receive
+	work  time.Duration // each order takes this long
+	flaky string        // this customer's second order fails its first flakyCalls calls
 
 	mu   sync.Mutex       // guards the fields below
 	n    int              // orders processed
@@ -26,19 +34,31 @@ type tally struct {
 	bad  []string         // messages whose key or data is wrong
 }
 
-func newTally(check *orderingtest.Checker, want int, stop func()) *tally {
-	return &tally{check: check, want: want, stop: stop, seqs: map[string][]int{}}
+func newTally(check *orderingtest.Checker, want int, stop func(), cfg config) *tally {
+	return &tally{check: check, want: want, stop: stop, work: cfg.work, flaky: cfg.flaky, seqs: map[string][]int{}}
 }
 
 // handle is the subscriber's handler: it records the delivery's key and
 // sequence in the order the worker processes them.
-func (t *tally) handle(_ context.Context, d *subscriber.Delivery) error {
+func (t *tally) handle(ctx context.Context, d *subscriber.Delivery) error {
+	if t.work > 0 {
+		select {
+		case <-time.After(t.work):
+		case <-ctx.Done(): // the drain timeout
+			return ctx.Err()
+		}
+	}
 	var o order
 	if err := json.Unmarshal(d.Data, &o); err != nil || o.Customer != d.Key {
 		t.mu.Lock()
 		t.bad = append(t.bad, fmt.Sprintf("message %s has key %q and data %s", d.ID, d.Key, d.Data))
 		t.mu.Unlock()
 		return nil // acked: a redelivery would be just as wrong
+	}
+	if o.Customer == t.flaky && o.Seq == 2 && d.Attempt <= flakyCalls {
+		// Past the subscriber's 5 attempts the key is held until the
+		// service brings the order back; its next call succeeds.
+		return fmt.Errorf("order %d of %s: %w", o.Seq, o.Customer, errFlaky)
 	}
 	t.check.Record(d.Key, o.Seq)
 	t.mu.Lock()
@@ -71,7 +91,7 @@ func receiveAll(ctx context.Context, sub *subscriber.Subscription, cfg config, o
 	want := cfg.customers * cfg.events
 	rctx, cancel := context.WithTimeout(ctx, cfg.wait)
 	defer cancel()
-	t := newTally(check, want, cancel)
+	t := newTally(check, want, cancel, cfg)
 	start := time.Now()
 	if err := sub.Receive(rctx, t.handle); err != nil {
 		return err
@@ -118,7 +138,7 @@ func receiveFor(ctx context.Context, sub *subscriber.Subscription, cfg config, o
 	check := orderingtest.NewChecker()
 	rctx, cancel := context.WithTimeout(ctx, cfg.wait)
 	defer cancel()
-	t := newTally(check, 0, cancel)
+	t := newTally(check, 0, cancel, cfg)
 	fmt.Fprintf(out, "receiving from %s for %v with %d workers\n", sub.Name(), cfg.wait, workers)
 	if err := sub.Receive(rctx, t.handle); err != nil {
 		return nil, err

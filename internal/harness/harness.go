@@ -4,8 +4,10 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -103,4 +105,25 @@ func Fake(t testing.TB, opts ...orderingtest.Option) (*orderingtest.Server, *pub
 	t.Helper()
 	srv := orderingtest.Start(t, opts...)
 	return srv, Client(t, srv.Addr)
+}
+
+// Buffer is a bytes.Buffer safe for concurrent use, so that a test can read
+// what a program or a logger writes while it runs. The zero value is
+// empty and ready.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+// String returns what was written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

@@ -52,6 +52,7 @@ func TestPublishLimits(t *testing.T) {
 		{name: "attribute value of 1024 bytes", msgs: []*pubsubpb.PubsubMessage{{Attributes: map[string]string{"a": strings.Repeat("v", 1024)}}}, code: codes.OK},
 		{name: "attribute value of 1025 bytes", msgs: []*pubsubpb.PubsubMessage{{Attributes: map[string]string{"a": strings.Repeat("v", 1025)}}}, code: codes.InvalidArgument},
 		{name: "goog attribute prefix", msgs: []*pubsubpb.PubsubMessage{{Data: []byte("x"), Attributes: map[string]string{"googfoo": "v"}}}, code: codes.InvalidArgument},
+		{name: "trace context of the official clients", msgs: []*pubsubpb.PubsubMessage{{Data: []byte("x"), Attributes: map[string]string{"googclient_traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}}, code: codes.OK},
 		{name: "attributes and no data", msgs: []*pubsubpb.PubsubMessage{{Attributes: map[string]string{"a": "v"}}}, code: codes.OK},
 		{name: "neither data nor attributes", msgs: []*pubsubpb.PubsubMessage{{OrderingKey: "k"}}, code: codes.InvalidArgument},
 		{name: "1000 messages", msgs: msgs(1000, "k"), code: codes.OK},

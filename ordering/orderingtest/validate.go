@@ -92,6 +92,11 @@ func validatePublish(req *pubsubpb.PublishRequest) error {
 	return nil
 }
 
+// traceAttrPrefix starts the attributes in which the official clients,
+// when they trace, send a message's trace context (googclient_traceparent):
+// the service stores them, though it reserves the goog prefix.
+const traceAttrPrefix = "googclient_"
+
 func validateMessage(m *pubsubpb.PubsubMessage) error {
 	if len(m.GetData()) == 0 && len(m.GetAttributes()) == 0 {
 		return invalid("a message needs non-empty data or at least one attribute")
@@ -108,7 +113,7 @@ func validateMessage(m *pubsubpb.PubsubMessage) error {
 			return invalid("attribute key of %d bytes; the limit is %d", len(k), maxAttrKeyBytes)
 		case len(v) > maxAttrValueBytes:
 			return invalid("attribute value of %d bytes; the limit is %d", len(v), maxAttrValueBytes)
-		case strings.HasPrefix(k, "goog"):
+		case strings.HasPrefix(k, "goog") && !strings.HasPrefix(k, traceAttrPrefix):
 			return invalid("attribute key %q: the goog prefix is reserved", k)
 		}
 	}

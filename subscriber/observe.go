@@ -1,0 +1,261 @@
+package subscriber
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+)
+
+// A recorder turns the events a Receive already has into metrics and logs:
+// a job settled, a handler call ended, a key held or released, a callback
+// that panicked. Nothing else in the package measures or logs, so the hot
+// path pays one call per event: with the default, no-op, meter provider,
+// a few nanoseconds (see BenchmarkReceive in the README).
+//
+// Metric attributes never carry a key, since keys are unbounded; logs do,
+// since they are needed to act on a hold. Nothing is logged per message
+// at Info or above, except panics, which are bugs.
+type recorder struct {
+	log *slog.Logger // with the subscription
+
+	deliveries metric.Int64Counter
+	duration   metric.Float64Histogram
+	gauges     metric.Registration // nil if registering failed
+
+	// The attribute sets, made once: a measurement costs no allocation.
+	settledAs    [numOutcomes][]metric.AddOption
+	deadLettered []metric.AddOption
+	calledAs     [3][]metric.RecordOption // by callOK, callError, callPanic
+}
+
+// The instruments' names, their attributes, and the attributes' values.
+const (
+	meterName = "github.com/keyorder/keyorder/subscriber"
+
+	metricDeliveries = "keyorder.subscriber.deliveries"
+	metricDuration   = "keyorder.subscriber.handler.duration"
+	metricHeldKeys   = "keyorder.subscriber.held_keys"
+	metricQueued     = "keyorder.subscriber.queued"
+	metricOldestAge  = "keyorder.subscriber.oldest_unacked.age"
+
+	// attrSubscription is OpenTelemetry's semantic convention for the
+	// subscription a consumer reads; its value is the full name.
+	attrSubscription = "messaging.destination.subscription.name"
+	attrOutcome      = "keyorder.outcome"
+	// attrReason says why a delivery was nacked, or held.
+	attrReason = "keyorder.reason"
+
+	// Outcomes of keyorder.subscriber.deliveries.
+	outcomeAcked        = "acked"         // after the handler returned nil (S4)
+	outcomeDeduplicated = "deduplicated"  // processed already: acked unrun (S6)
+	outcomeNacked       = "nacked"        // reason failed, room or shutdown
+	outcomeHeld         = "held"          // nacked unrun for a hold: reason hold or tail (S5)
+	outcomeDeadLettered = "dead_lettered" // failed for good on its last delivery: the service forwards it
+	// outcomeParked is for the parking of a failed key's messages (issue
+	// 8), once it lands: moved to the parking topic and acked.
+	outcomeParked = "parked"
+
+	// Outcomes of keyorder.subscriber.handler.duration.
+	callOK, callError, callPanic = 0, 1, 2
+)
+
+var callOutcomes = [3]string{"ok", "error", "panic"}
+
+// durationBuckets are OpenTelemetry's recommended bounds for durations in
+// seconds (the SDK's default ones are meant for milliseconds).
+var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
+
+// A gaugeSource tells what the gauges report; Receive provides it (census.go).
+type gaugeSource func() (held, queued int, oldest time.Duration)
+
+// newRecorder returns the recorder of a Receive of s, whose gauges report
+// what look returns while the Receive runs. close unregisters them.
+func newRecorder(s *Subscription, look gaugeSource) *recorder {
+	log := s.cfg.logger
+	if log == nil {
+		log = slog.Default() // resolved now, so that SetDefault before Receive counts
+	}
+	o := &recorder{log: log.With(slog.String("subscription", s.name))}
+	mp := s.cfg.meterProvider
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	m := mp.Meter(meterName)
+	var errs []error
+	check := func(err error) { errs = append(errs, err) }
+
+	var err error
+	o.deliveries, err = m.Int64Counter(metricDeliveries, metric.WithUnit("{delivery}"),
+		metric.WithDescription("Messages settled by Receive, by outcome; the deliveries of a message that arrived while it was here are settled with it, and counted once."))
+	check(err)
+	o.duration, err = m.Float64Histogram(metricDuration, metric.WithUnit("s"),
+		metric.WithDescription("Duration of handler calls, by outcome."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	check(err)
+	held, err := m.Int64ObservableGauge(metricHeldKeys, metric.WithUnit("{key}"),
+		metric.WithDescription("Keys waiting on a failed message: for its retry, or held until the service brings it back."))
+	check(err)
+	queued, err := m.Int64ObservableGauge(metricQueued, metric.WithUnit("{delivery}"),
+		metric.WithDescription("Deliveries received and waiting for their turn, failed messages waiting for a retry included."))
+	check(err)
+	age, err := m.Float64ObservableGauge(metricOldestAge, metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest delivery this process holds: queued, running or waiting for a retry; 0 when none."))
+	check(err)
+
+	sub := attribute.String(attrSubscription, s.name)
+	observed := metric.WithAttributeSet(attribute.NewSet(sub))
+	o.gauges, err = m.RegisterCallback(func(_ context.Context, ob metric.Observer) error {
+		h, q, a := look()
+		ob.ObserveInt64(held, int64(h), observed)
+		ob.ObserveInt64(queued, int64(q), observed)
+		ob.ObserveFloat64(age, a.Seconds(), observed)
+		return nil
+	}, held, queued, age)
+	check(err)
+	if err := errors.Join(errs...); err != nil {
+		// The API hands back working instruments with its errors, but
+		// guard against one that does not.
+		log.Warn("keyorder/subscriber: metrics", "error", err)
+		if o.deliveries == nil {
+			o.deliveries = noop.Int64Counter{}
+		}
+		if o.duration == nil {
+			o.duration = noop.Float64Histogram{}
+		}
+	}
+
+	settled := func(outcome, reason string) []metric.AddOption {
+		kv := []attribute.KeyValue{sub, attribute.String(attrOutcome, outcome)}
+		if reason != "" {
+			kv = append(kv, attribute.String(attrReason, reason))
+		}
+		return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(kv...))}
+	}
+	o.settledAs[outAcked] = settled(outcomeAcked, "")
+	o.settledAs[outDeduplicated] = settled(outcomeDeduplicated, "")
+	o.settledAs[outFailed] = settled(outcomeNacked, "failed")
+	o.settledAs[outRoom] = settled(outcomeNacked, "room")
+	o.settledAs[outShutdown] = settled(outcomeNacked, "shutdown")
+	o.settledAs[outHeld] = settled(outcomeHeld, "hold")
+	o.settledAs[outTail] = settled(outcomeHeld, "tail")
+	o.settledAs[outSkipped] = settled(outcomeAcked, "replay_range")
+	o.deadLettered = settled(outcomeDeadLettered, "failed")
+	for i, c := range callOutcomes {
+		o.calledAs[i] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(sub, attribute.String(attrOutcome, c)))}
+	}
+	return o
+}
+
+// close unregisters the gauges when the Receive ends.
+func (o *recorder) close() {
+	if o.gauges != nil {
+		_ = o.gauges.Unregister()
+	}
+}
+
+// settled records that j was settled with out. deadLettered is set when j
+// failed for good on its last delivery, which the service forwards to the
+// dead-letter topic.
+func (o *recorder) settled(j *job, out outcome, deadLettered bool) {
+	opts := o.settledAs[out]
+	if deadLettered {
+		opts = o.deadLettered
+	}
+	o.deliveries.Add(context.Background(), 1, opts...)
+	if out == outFailed {
+		o.log.LogAttrs(j.ctx, slog.LevelWarn, "keyorder/subscriber: message failed for good",
+			slog.String("key", j.d.Key), slog.String("message_id", j.d.ID), slog.Int("attempt", j.d.Attempt),
+			slog.Any("error", j.err), slog.Bool("dead_lettered", deadLettered))
+	}
+}
+
+// handled records a handler call of j that took d and ended with res. A
+// panic is logged with its stack, at Error; an error at Debug, since a
+// failure for good is logged when it is settled.
+func (o *recorder) handled(j *job, d time.Duration, res result) {
+	switch {
+	case res.dedup:
+		return // not called
+	case res.err == nil:
+		o.duration.Record(context.Background(), d.Seconds(), o.calledAs[callOK]...)
+		return
+	}
+	o.failedCall(j, d, res.err)
+}
+
+// failedCall is handled for a call that failed. Apart, so that pe, which
+// escapes, costs no allocation to calls that succeed.
+func (o *recorder) failedCall(j *job, d time.Duration, err error) {
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		o.duration.Record(context.Background(), d.Seconds(), o.calledAs[callPanic]...)
+		o.log.LogAttrs(j.ctx, slog.LevelError, "keyorder/subscriber: handler panicked",
+			slog.String("key", j.d.Key), slog.String("message_id", j.d.ID), slog.Int("attempt", j.d.Attempt),
+			slog.Any("panic", pe.Value), slog.String("stack", string(pe.Stack)))
+		return
+	}
+	o.duration.Record(context.Background(), d.Seconds(), o.calledAs[callError]...)
+	level := slog.LevelDebug
+	if errors.Is(err, ErrHandlerExited) {
+		level = slog.LevelError // a bug, as a panic is
+	}
+	if o.log.Enabled(j.ctx, level) {
+		o.log.LogAttrs(j.ctx, level, "keyorder/subscriber: handler failed",
+			slog.String("key", j.d.Key), slog.String("message_id", j.d.ID), slog.Int("attempt", j.d.Attempt),
+			slog.Any("error", err))
+	}
+}
+
+// keyEvent logs a hold, at Warn, and its end, at Info.
+func (o *recorder) keyEvent(ev KeyEvent) {
+	attrs := []slog.Attr{
+		slog.String("key", ev.Key), slog.String("message_id", ev.MessageID), slog.Int("attempt", ev.Attempt),
+	}
+	switch ev.Kind {
+	case KeyHeld:
+		o.log.LogAttrs(context.Background(), slog.LevelWarn, "keyorder/subscriber: key held",
+			append(attrs, slog.Any("error", ev.Err))...)
+	case KeyReleased:
+		o.log.LogAttrs(context.Background(), slog.LevelInfo, "keyorder/subscriber: key released",
+			append(attrs, slog.String("reason", ev.Reason), slog.Duration("since_failure", ev.At.Sub(ev.Since)))...)
+	}
+}
+
+// callbackPanicked logs a panic in a user callback (WithErrorHandler,
+// WithKeyEvents), once, with its stack.
+func (o *recorder) callbackPanicked(what string, v any, stack []byte) {
+	o.log.LogAttrs(context.Background(), slog.LevelError, "keyorder/subscriber: "+what+" panicked",
+		slog.Any("panic", v), slog.String("stack", string(stack)))
+}
+
+// sequenceGap logs a jump in a producer's sequence numbers for a key:
+// first to last are missing. It is the one call the check of per-key
+// sequence numbers makes when it finds one.
+func (o *recorder) sequenceGap(ctx context.Context, key, producer string, first, last uint64) {
+	o.log.LogAttrs(ctx, slog.LevelWarn, "keyorder/subscriber: sequence gap",
+		slog.String("key", key), slog.String("producer", producer),
+		slog.Uint64("first_missing", first), slog.Uint64("last_missing", last))
+}
+
+// sequenceDuplicate logs a message whose producer, key and sequence number
+// were processed already under another message ID, as a publish retried
+// after a lost response stores: it is acked unrun. Info, as it is
+// harmless and as rare as lost publish responses.
+func (o *recorder) sequenceDuplicate(ctx context.Context, key, producer string, seq uint64, id string) {
+	o.log.LogAttrs(ctx, slog.LevelInfo, "keyorder/subscriber: duplicate sequence number",
+		slog.String("key", key), slog.String("producer", producer), slog.Uint64("seq", seq),
+		slog.String("message_id", id))
+}
+
+// gauges is the survey of the running Receive the gauges report.
+func (r *receiver) gauges() (held, queued int, oldest time.Duration) {
+	var st Stats
+	r.survey(&st, time.Now(), false)
+	return len(st.Held), st.Queued, st.OldestAge
+}

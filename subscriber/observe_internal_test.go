@@ -1,0 +1,83 @@
+package subscriber
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+)
+
+// TestOutcomeNames pins the values of keyorder.outcome that dashboards
+// and alerts match: those of the issue, parked included for the parking
+// of failed keys.
+func TestOutcomeNames(t *testing.T) {
+	t.Parallel()
+	assert.Equal(t,
+		[]string{"acked", "nacked", "deduplicated", "held", "dead_lettered", "parked"},
+		[]string{outcomeAcked, outcomeNacked, outcomeDeduplicated, outcomeHeld, outcomeDeadLettered, outcomeParked})
+	assert.Equal(t, [3]string{"ok", "error", "panic"}, callOutcomes)
+}
+
+// TestSequenceLogs checks the hooks the check of per-key sequence numbers
+// calls: one record per gap or duplicate found, with the key, the producer
+// and the numbers.
+func TestSequenceLogs(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	cfg, err := newConfig([]Option{WithLogger(slog.New(slog.NewJSONHandler(&buf, nil)))})
+	require.NoError(t, err)
+	o := newRecorder(&Subscription{name: "projects/p/subscriptions/s", cfg: cfg},
+		func() (int, int, time.Duration) { return 0, 0, 0 })
+	defer o.close()
+
+	o.sequenceGap(context.Background(), "k", "producer-1", 4, 6)
+	o.sequenceDuplicate(context.Background(), "k", "producer-1", 3, "m-9")
+
+	var recs []map[string]any
+	for _, line := range bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n")) {
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal(line, &rec))
+		delete(rec, "time")
+		recs = append(recs, rec)
+	}
+	assert.Equal(t, []map[string]any{
+		{"level": "WARN", "msg": "keyorder/subscriber: sequence gap", "subscription": "projects/p/subscriptions/s",
+			"key": "k", "producer": "producer-1", "first_missing": 4.0, "last_missing": 6.0},
+		{"level": "INFO", "msg": "keyorder/subscriber: duplicate sequence number", "subscription": "projects/p/subscriptions/s",
+			"key": "k", "producer": "producer-1", "seq": 3.0, "message_id": "m-9"},
+	}, recs)
+}
+
+// BenchmarkRecorder measures what the recorder adds to each delivery: one
+// settle and one handler call, with the default global meter provider
+// (which does nothing until the application installs one) beside an SDK
+// provider.
+func BenchmarkRecorder(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		opts []Option
+	}{
+		{"global", nil},
+		{"sdk", []Option{WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader())))}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			cfg, err := newConfig(tc.opts)
+			require.NoError(b, err)
+			o := newRecorder(&Subscription{name: "projects/p/subscriptions/s", cfg: cfg},
+				func() (int, int, time.Duration) { return 0, 0, 0 })
+			defer o.close()
+			j := &job{ctx: context.Background(), d: Delivery{ID: "1", Key: "k"}}
+			b.ReportAllocs()
+			for b.Loop() {
+				o.handled(j, time.Millisecond, result{})
+				o.settled(j, outAcked, false)
+			}
+		})
+	}
+}
