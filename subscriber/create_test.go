@@ -137,9 +137,15 @@ func TestOptionsAreValidated(t *testing.T) {
 		subscriber.WithDedupWindow(-1),
 		subscriber.WithRedeliveryWait(0),
 		subscriber.WithReceiveSettings(pubsub.ReceiveSettings{ShutdownOptions: &pubsub.ShutdownOptions{}}),
+		subscriber.WithDeadLetterPolicy("", 5),
+		subscriber.WithDeadLetterPolicy("dlq", 4),
+		subscriber.WithDeadLetterPolicy("dlq", 101),
+		subscriber.WithRetryPolicy(-time.Second, time.Second),
+		subscriber.WithRetryPolicy(2*time.Second, time.Second),
+		subscriber.WithRetryPolicy(0, 601*time.Second),
 	} {
 		_, err := subscriber.CreateWithTopic(ctx, client, topic, sub, opt)
-		require.Error(t, err)
+		require.ErrorIs(t, err, subscriber.ErrInvalidConfig)
 	}
 	// Nothing was created by the failed calls.
 	_, err := subscriber.Open(ctx, client, sub)

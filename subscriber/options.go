@@ -37,6 +37,7 @@ type config struct {
 	receive        pubsub.ReceiveSettings
 	onError        func(d *Delivery, err error)
 	onKeyEvent     func(KeyEvent)
+	policies       servicePolicies // the service's, for a subscription created (policies.go)
 }
 
 func newConfig(opts []Option) (config, error) {
