@@ -55,6 +55,10 @@ func (l *lane) failed(j *job, err error, now time.Time, fx *effects) {
 		return
 	}
 
+	if r.park != nil && l.key != "" {
+		r.park.park(l, j, err) // park.go: the key parks instead of being held
+		return
+	}
 	fx.add(j, outFailed)
 	if l.key == "" || !r.s.ordered {
 		// Nothing to keep in order behind it (S8).

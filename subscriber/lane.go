@@ -69,6 +69,9 @@ type lane struct {
 	// fires after WithRedeliveryWait, in case it went to another client.
 	gap    string
 	gapEnd *time.Timer
+
+	// pk is the lane's part in parking (park.go).
+	pk laneParking
 }
 
 // trouble is a lane's failing message: the one no later message of the key

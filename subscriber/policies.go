@@ -38,50 +38,6 @@ type servicePolicies struct {
 	maxBackoff          time.Duration
 }
 
-// WithDeadLetterPolicy asks the service to forward a message to the topic
-// topicID (an ID or a full name) once it has been delivered
-// maxDeliveryAttempts times, when [CreateWithTopic] creates the
-// subscription; it creates that topic too if it is missing. On Google Cloud
-// the project's Pub/Sub service account must be allowed to publish to the
-// topic and to subscribe to the subscription. The service dead-letters on a
-// best-effort basis and keeps no order: the key goes on without the
-// message (see the README on hold, dead-lettering and parking, and
-// [WithParking], which wins when both are set). An existing subscription
-// keeps its own policy: see [Subscription.DeadLetterPolicy]. By default the
-// subscription has none. maxDeliveryAttempts is 5 to 100, as the service
-// requires.
-func WithDeadLetterPolicy(topicID string, maxDeliveryAttempts int) Option {
-	return func(c *config) error {
-		switch {
-		case topicID == "":
-			return invalid("WithDeadLetterPolicy: empty topic")
-		case maxDeliveryAttempts < minDeadLetterAttempts || maxDeliveryAttempts > maxDeadLetterAttempts:
-			return invalid("WithDeadLetterPolicy(%q, %d): need %d to %d delivery attempts", topicID, maxDeliveryAttempts, minDeadLetterAttempts, maxDeadLetterAttempts)
-		}
-		c.policies.deadLetterTopic, c.policies.maxDeliveryAttempts = topicID, maxDeliveryAttempts
-		return nil
-	}
-}
-
-// WithRetryPolicy asks the service to wait between min and max, growing
-// with each attempt, before it sends a nacked message again, when
-// [CreateWithTopic] creates the subscription. It spaces out the nacks of a
-// held key (S5) and of keys without room (S10), which without a retry
-// policy come back at once. It is the service's policy, not [WithBackoff],
-// which spaces the handler calls of a message this Receive retries itself.
-// An existing subscription keeps its own policy: see
-// [Subscription.RetryPolicy]. By default the subscription has none.
-// 0 <= min <= max <= 600 s, as the service requires.
-func WithRetryPolicy(min, max time.Duration) Option {
-	return func(c *config) error {
-		if min < 0 || max < min || max > maxRetryBackoff {
-			return invalid("WithRetryPolicy(%v, %v): need 0 <= min <= max <= %v", min, max, maxRetryBackoff)
-		}
-		c.policies.retry, c.policies.minBackoff, c.policies.maxBackoff = true, min, max
-		return nil
-	}
-}
-
 // apply sets the policies on sub, a subscription about to be created, and
 // creates its dead-letter topic if it is missing.
 func (p servicePolicies) apply(ctx context.Context, client *pubsub.Client, sub *pubsubpb.Subscription) error {

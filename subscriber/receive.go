@@ -56,6 +56,11 @@ func (s *Subscription) Receive(ctx context.Context, h Handler) error {
 	if err != nil {
 		return err
 	}
+	if s.parking != nil {
+		if r.park, ctx, err = startParking(ctx, r); err != nil { // park.go
+			return err
+		}
+	}
 	s.current.Store(r)
 	defer s.current.Store(nil)
 	defer r.cancelHandlers()
@@ -76,8 +81,14 @@ func (s *Subscription) Receive(ctx context.Context, h Handler) error {
 		pulled = nil
 	}
 	r.shutdown()
+	if r.park != nil {
+		r.park.shutdown()
+	}
 	if pulled != nil {
 		pullErr = <-pulled
+	}
+	if r.park != nil {
+		pullErr = r.park.stop(pullErr)
 	}
 	return pullErr
 }
@@ -97,6 +108,7 @@ type receiver struct {
 	tries          attempts      // calls and failures of failing messages
 	room           room          // S10
 	clock          clock         // retry and hold timers
+	park           *parking      // with WithParking, else nil (park.go)
 }
 
 func newReceiver(ctx context.Context, s *Subscription, h Handler) (*receiver, error) {
@@ -175,6 +187,11 @@ func (l *lane) accept(j *job, now time.Time) outcome {
 			return outJoined
 		}
 	}
+	if r.park != nil && l.key != "" {
+		if out, ok := r.park.accept(l, j); ok { // park.go: the barrier, released messages
+			return out
+		}
+	}
 	if prior := r.tries.prior(id); prior.failures >= r.cfg.maxAttempts {
 		// It failed for good on an earlier delivery: one call per
 		// delivery, after its backoff.
@@ -216,6 +233,7 @@ const (
 	outTail                        // nacked unrun with its key's failed message (S5)
 	outRoom                        // nacked unrun: its key had no room (S10)
 	outShutdown                    // nacked: Receive is shutting down (S7)
+	outParked                      // acked unrun: moved to the parking topic (park.go)
 )
 
 // settle acks or nacks every delivery of j's message, once (S11), and
@@ -224,7 +242,7 @@ func (r *receiver) settle(j *job, out outcome) {
 	if out == outJoined || out == outQueued || !j.settled.CompareAndSwap(false, true) {
 		return
 	}
-	ack := out == outAcked || out == outDeduplicated
+	ack := out == outAcked || out == outDeduplicated || out == outParked
 	for _, m := range j.stale {
 		if ack {
 			m.Ack()

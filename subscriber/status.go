@@ -107,6 +107,10 @@ type Stats struct {
 	// NackedShutdown counts deliveries nacked unrun, or after a handler
 	// call cut short, because Receive was shutting down (S7).
 	NackedShutdown int64
+	// Parked counts messages moved to the parking topic and acked
+	// ([WithParking]), and Released the parked messages run by
+	// [Subscription.Release].
+	Parked, Released int64
 
 	// Queued is the number of deliveries received and not started, now.
 	Queued int
@@ -120,6 +124,7 @@ type Stats struct {
 type counters struct {
 	received, acked, deduplicated, retried, failed, deadLettered atomic.Int64
 	nackedHeld, nackedTail, nackedRoom, nackedShutdown           atomic.Int64
+	parked, released                                             atomic.Int64 // park.go
 }
 
 // Stats returns what the subscription's Receive calls have done so far,
@@ -138,6 +143,8 @@ func (s *Subscription) Stats() Stats {
 		NackedTail:     c.nackedTail.Load(),
 		NackedRoom:     c.nackedRoom.Load(),
 		NackedShutdown: c.nackedShutdown.Load(),
+		Parked:         c.parked.Load(),
+		Released:       c.released.Load(),
 	}
 	if r := s.current.Load(); r != nil {
 		st.Queued, st.Running, st.Held = r.lanes.snapshot()

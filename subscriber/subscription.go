@@ -34,6 +34,9 @@ type Subscription struct {
 	// policies are the service's policies of the subscription, set when
 	// made (policies.go).
 	policies servicePolicies
+	// parking names the parking and control topics, nil without
+	// WithParking (park.go).
+	parking *parkingTopics
 }
 
 // CreateWithTopic returns the subscription subID of topic topicID, creating
@@ -111,6 +114,12 @@ func newSubscription(ctx context.Context, client *pubsub.Client, sub *pubsubpb.S
 	}
 	s.policies = policiesOf(sub)
 	warnPolicies(client, s.name, cfg.policies, s.policies)
+	if cfg.parking != "" {
+		var err error
+		if s.parking, err = setupParking(ctx, client, sub, cfg.parking); err != nil {
+			return nil, err
+		}
+	}
 	if dl := sub.DeadLetterPolicy; dl != nil && dl.DeadLetterTopic != "" {
 		s.deadLetterAttempts = int(dl.MaxDeliveryAttempts)
 		if s.deadLetterAttempts == 0 {

@@ -1,0 +1,637 @@
+package subscriber
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/keyorder/keyorder/ordering"
+	"github.com/keyorder/keyorder/publisher"
+)
+
+// Parking (WithParking) is a failure policy for poison messages: a message
+// that fails for good parks its key. The message and every later message
+// of the key are copied, in order, to the parking topic and acked on the
+// subscription, and the key's new messages follow them there until
+// Subscription.Release runs them through the handler. Other keys go on.
+//
+// The state, which keys are parked and which of their messages, is kept in
+// Pub/Sub: the control log (park_log.go) on a control topic, replayed and
+// followed by every Receive (park_follow.go). This file holds the
+// Receive's part: the parking component, the hooks the lanes call, and the
+// flights that move a key's deliveries to the parking topic.
+//
+// A lane's deliveries go through the parking component in three places:
+//   - accept: a delivery of a key the lane was not holding anything of
+//     waits for the barrier (park_barrier.go), so that it cannot run
+//     before the Receive has seen a park of its key by another process;
+//     one of a message released from parking lately is acked unrun.
+//   - next: a lane whose key is parked, or that has just failed for good,
+//     sends its queued deliveries on a flight instead of running them.
+//   - failed: a message that fails for good parks its key, instead of
+//     being nacked with its tail (S5).
+
+// Attributes of a parked message, besides its own.
+const (
+	// AttrParkID names the park the message belongs to: its key's park
+	// from the failure to the release. Releases read the parking topic
+	// through a subscription filtered on it.
+	AttrParkID = "keyorder-park-id"
+	// AttrMessageID is the message's ID on the subscription's topic.
+	AttrMessageID = "keyorder-message-id"
+	// AttrSubscription is the full name of the subscription it was parked
+	// from.
+	AttrSubscription = "keyorder-subscription"
+	// AttrPublishTime is when it was first published, in RFC 3339 with
+	// nanoseconds.
+	AttrPublishTime = "keyorder-publish-time"
+	// AttrAttempts counts the handler calls the message had before it was
+	// parked: 0 for a message parked behind the one that failed.
+	AttrAttempts = "keyorder-attempts"
+	// AttrError is the error of the message's last call, cut to the
+	// service's 1024 bytes; absent for a message that never ran.
+	AttrError = "keyorder-error"
+)
+
+// Attributes of the control log's messages, for the followers' filter.
+const (
+	attrState = "keyorder-state" // "1" on every event that makes the state
+	attrTo    = "keyorder-to"    // on a marker: the Receive that wants it back
+)
+
+// controlKey is the ordering key every control event shares.
+const controlKey = "keyorder-control"
+
+// controlRetention is the message retention keyorder gives the parking
+// and control topics it creates: the service's maximum, 31 days.
+const controlRetention = 31 * 24 * time.Hour
+
+// snapshotEvery is how often the running Receives republish the control
+// state as a snapshot; tests shorten it.
+var snapshotEvery = time.Hour
+
+// seekMargin is how far before a park began its release seeks the parking
+// topic, for clocks that differ between the service's machines.
+const seekMargin = time.Minute
+
+// parkingTopics are the topics of a subscription's parking, set up when
+// the Subscription is made.
+type parkingTopics struct {
+	park      string        // where parked messages go
+	control   string        // the control log
+	retention time.Duration // the control topic's message retention
+}
+
+// setupParking creates the parking and control topics of sub when they are
+// missing, and checks that they retain messages: releases and replays seek
+// back over them.
+func setupParking(ctx context.Context, client *pubsub.Client, sub *pubsubpb.Subscription, topicID string) (*parkingTopics, error) {
+	if !sub.GetEnableMessageOrdering() {
+		return nil, invalid("WithParking: subscription %s has no message ordering", sub.GetName())
+	}
+	project, subID := splitName(sub.GetName())
+	t := &parkingTopics{
+		park:    fullName(client, "topics", topicID),
+		control: "projects/" + project + "/topics/" + derivedID(subID, "-parking-control"),
+	}
+	if _, err := retainedTopic(ctx, client, t.park); err != nil {
+		return nil, err
+	}
+	ret, err := retainedTopic(ctx, client, t.control)
+	if err != nil {
+		return nil, err
+	}
+	t.retention = ret
+	return t, nil
+}
+
+// retainedTopic creates topic with controlRetention unless it exists, and
+// returns its message retention, which must not be 0.
+func retainedTopic(ctx context.Context, client *pubsub.Client, topic string) (time.Duration, error) {
+	got, err := client.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: topic})
+	if status.Code(err) == codes.NotFound {
+		got, err = client.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: topic, MessageRetentionDuration: durationpb.New(controlRetention)})
+		if status.Code(err) == codes.AlreadyExists {
+			got, err = client.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: topic})
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("keyorder/subscriber: parking topic %s: %w", topic, err)
+	}
+	ret := got.GetMessageRetentionDuration().AsDuration()
+	if ret <= 0 {
+		return 0, invalid("WithParking: topic %s has no message retention, which parking needs to read it back", topic)
+	}
+	return ret, nil
+}
+
+// splitName splits projects/P/subscriptions/S into P and S.
+func splitName(name string) (project, id string) {
+	rest, _ := strings.CutPrefix(name, "projects/")
+	project, id, _ = strings.Cut(rest, "/subscriptions/")
+	return project, id
+}
+
+// maxResourceID is the longest topic or subscription ID the service takes.
+const maxResourceID = 255
+
+// derivedID returns id with suffix, shortening id with a hash of it if the
+// whole would be too long.
+func derivedID(id, suffix string) string {
+	if len(id)+len(suffix) <= maxResourceID {
+		return id + suffix
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	tag := fmt.Sprintf("-%08x", h.Sum32())
+	return id[:maxResourceID-len(suffix)-len(tag)] + tag + suffix
+}
+
+// newID returns a random ID for a Receive, a park or a snapshot.
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// parking is a Receive's part in parking. It starts before the official
+// Receive and stops after it.
+//
+// Goroutines: run, the barrier's and snapshots' loop, started by
+// startParking and waited for by stop; the follower's Receive, stopped by
+// stop; one per flight, counted in flights and waited for by shutdown and
+// stop; and the callers of Release, counted in rel.
+type parking struct {
+	r      *receiver
+	topics *parkingTopics
+	me     string
+	f      *follower
+	ctl    *publisher.Publisher // control events, all with controlKey
+	out    *publisher.Publisher // copies to the parking topic
+	b      barrier
+	seq    atomic.Uint64 // this Receive's events
+
+	// ops bounds publishes and waits; cancelled when a shutdown has
+	// waited the drain timeout for flights, and at stop.
+	ops       context.Context
+	cancelOps context.CancelFunc
+	flights   sync.WaitGroup
+	rel       releases
+	// fail cancels the Receive with the cause when the control log can
+	// no longer be followed.
+	fail     context.CancelCauseFunc
+	stopLoop chan struct{} // closed by stop
+	loopDone chan struct{} // closed when run returns
+}
+
+// fastPublish sends control events and copies with little batching delay:
+// a barrier waits for its marker's round trip.
+var fastPublish = func() pubsub.PublishSettings {
+	s := pubsub.DefaultPublishSettings
+	s.DelayThreshold = time.Millisecond
+	return s
+}()
+
+// newParking makes the parking component of s, for r, or for a replay of
+// the log outside a Receive when r is nil.
+func newParking(s *Subscription, r *receiver) (*parking, error) {
+	p := &parking{r: r, topics: s.parking, me: newID(), stopLoop: make(chan struct{}), loopDone: make(chan struct{})}
+	p.b.kick = make(chan struct{}, 1)
+	p.ops, p.cancelOps = context.WithCancel(context.Background())
+	var err error
+	if p.ctl, err = publisher.New(s.client, p.topics.control,
+		publisher.WithDefaultOrderingKey(controlKey), publisher.WithPublishSettings(fastPublish)); err != nil {
+		return nil, err
+	}
+	if p.out, err = publisher.New(s.client, p.topics.park, publisher.WithPublishSettings(fastPublish)); err != nil {
+		return nil, err
+	}
+	p.f = newFollower(s.client, p.topics.control, s.name, p.me)
+	return p, nil
+}
+
+// startParking starts r's parking: it replays the control log until it is
+// caught up, then follows it. It returns the context Receive must use,
+// cancelled if the log can no longer be followed.
+func startParking(ctx context.Context, r *receiver) (*parking, context.Context, error) {
+	p, err := newParking(r.s, r)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := p.catchUp(ctx); err != nil {
+		p.closePublishers(r.cfg.drainTimeout)
+		return nil, nil, fmt.Errorf("keyorder/subscriber: replaying the parking control log: %w", err)
+	}
+	rctx, cancel := context.WithCancelCause(ctx)
+	p.fail = cancel
+	go p.run()
+	return p, rctx, nil
+}
+
+// catchUp creates the follower's subscription and replays the control log
+// into it: first the last few snapshot periods, which hold a whole
+// snapshot if any process ran lately, then, if they do not, all the topic
+// retains.
+func (p *parking) catchUp(ctx context.Context) error {
+	windows := []time.Duration{3 * snapshotEvery, p.topics.retention}
+	if windows[0] >= windows[1] {
+		windows = windows[1:]
+	}
+	for i, w := range windows {
+		if i > 0 {
+			_ = p.f.halt()
+			p.f.reset()
+		}
+		if err := p.f.follow(ctx, time.Now().Add(-w)); err != nil {
+			return err
+		}
+		if _, err := p.record(ctx, &event{Kind: evMarker}); err != nil {
+			_ = p.f.halt()
+			return err
+		}
+		if whole, _ := p.f.replayed(); whole {
+			return nil
+		}
+	}
+	p.f.settle()
+	return nil
+}
+
+// closePublishers sends what the publishers hold, within timeout, and
+// stops them.
+func (p *parking) closePublishers(timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Second)
+	defer cancel()
+	_ = p.ctl.Close(ctx)
+	_ = p.out.Close(ctx)
+	p.cancelOps()
+}
+
+// run is the parking component's loop: it sends the barrier's markers
+// when lanes wait for one, publishes a snapshot when one is due, and
+// fails the Receive if the follower stops.
+func (p *parking) run() {
+	defer close(p.loopDone)
+	check := time.NewTimer(snapshotCheck())
+	defer check.Stop()
+	gone := p.f.gone()
+	for {
+		select {
+		case <-p.stopLoop:
+			return
+		case <-gone:
+			err := p.f.err
+			if err == nil {
+				err = errFollowerStopped
+			}
+			p.fail(fmt.Errorf("keyorder/subscriber: following the parking control log: %w", err))
+			<-p.stopLoop
+			return
+		case <-p.b.kick:
+			p.barrierRound()
+		case <-check.C:
+			if _, last := p.f.replayed(); time.Since(last) > snapshotEvery {
+				if err := p.snapshot(p.ops); err != nil && p.ops.Err() == nil {
+					slog.Warn("keyorder/subscriber: could not publish a parking snapshot; will try again", "topic", p.topics.control, "err", err)
+				}
+			}
+			check.Reset(snapshotCheck())
+		}
+	}
+}
+
+// snapshotCheck is how long run waits before it checks whether a snapshot
+// is due: a quarter of the period, with jitter, so that processes started
+// together do not all publish one.
+func snapshotCheck() time.Duration {
+	var b [1]byte
+	_, _ = rand.Read(b[:])
+	q := snapshotEvery / 4
+	return q + q*time.Duration(b[0])/256
+}
+
+// snapshot publishes the state as a snapshot: a begin, then the state as
+// of the begin's place in the log, in parts.
+func (p *parking) snapshot(ctx context.Context) error {
+	nonce := newID()
+	captured := p.f.capture(nonce)
+	defer p.f.dropCapture(nonce)
+	if _, err := p.record(ctx, &event{Kind: evSnapshotBegin, Nonce: nonce}); err != nil {
+		return err
+	}
+	parts := <-captured // sent before the verdict
+	results := make([]*publisher.Result, len(parts))
+	for i, part := range parts {
+		results[i] = p.publish(ctx, &event{Kind: evSnapshot, Nonce: nonce, Part: part, Last: i == len(parts)-1})
+	}
+	for _, res := range results {
+		if _, err := res.Get(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// publish sends ev to the control log as this Receive's.
+func (p *parking) publish(ctx context.Context, ev *event) *publisher.Result {
+	ev.By = p.me
+	data, err := encodeEvent(ev)
+	if err != nil {
+		panic(err) // events hold strings, times and numbers only
+	}
+	headers := map[string]string{attrState: "1"}
+	if ev.Kind == evMarker {
+		headers = map[string]string{attrTo: p.me}
+	}
+	return p.ctl.Publish(ctx, &publisher.Message{Data: data, Headers: headers})
+}
+
+// record publishes ev and waits until the follower has applied it, and
+// returns its verdict.
+func (p *parking) record(ctx context.Context, ev *event) (verdict, error) {
+	ev.Seq = p.seq.Add(1)
+	ch := p.f.await(ev.Seq)
+	defer p.f.forget(ev.Seq)
+	if _, err := p.publish(ctx, ev).Get(ctx); err != nil {
+		return verdict{}, err
+	}
+	select {
+	case v := <-ch:
+		return v, nil
+	case <-ctx.Done():
+		return verdict{}, ctx.Err()
+	case <-p.f.gone():
+		return verdict{}, errFollowerStopped
+	}
+}
+
+// shutdown ends what parking does for a stopping Receive: releases stop
+// before their next message, and flights land. Both get the drain
+// timeout; then handlers are cancelled and the flights' waits given up,
+// their deliveries nacked.
+func (p *parking) shutdown() {
+	timer := time.AfterFunc(p.r.cfg.drainTimeout, func() {
+		p.r.cancelHandlers()
+		p.cancelOps()
+	})
+	p.rel.close()
+	p.flights.Wait()
+	timer.Stop()
+}
+
+// stop stops the parking component once the official Receive has
+// returned, and returns err, or why the control log could no longer be
+// followed.
+func (p *parking) stop(err error) error {
+	close(p.stopLoop)
+	<-p.loopDone
+	p.cancelOps()
+	if ferr := p.f.halt(); ferr != nil && err == nil {
+		err = fmt.Errorf("keyorder/subscriber: following the parking control log: %w", ferr)
+	}
+	p.closePublishers(p.r.cfg.drainTimeout)
+	return err
+}
+
+// A lane's part in parking. Every field is guarded by the lane's shard
+// mutex; all are zero when parking is off and the key healthy.
+type laneParking struct {
+	// fence is the barrier marker the lane's deliveries wait for before
+	// they run or are parked; 0 once passed. Set when a delivery arrives
+	// at a lane holding nothing of its key.
+	fence uint64
+	// waiting is set while the lane is registered with the barrier.
+	waiting bool
+	// flight is set while the lane's deliveries are on their way to the
+	// parking topic; the lane is active meanwhile, so no turn runs.
+	flight bool
+	// failed is the message of the key that failed for good here, until a
+	// flight has parked the key.
+	failed *parkCause
+	// tries counts the flights that failed in a row, for their backoff.
+	tries int
+}
+
+// busy reports whether the lane waits for the barrier or a flight, which
+// will move it on.
+func (pk *laneParking) busy() bool { return pk.waiting || pk.flight }
+
+// parkCause is why a key parks: the message that failed for good.
+type parkCause struct {
+	id      string
+	err     string
+	attempt int
+}
+
+// accept is called for j, a new keyed delivery on l, before the lane's
+// other rules: it may settle j itself. The shard's mutex must be held.
+func (p *parking) accept(l *lane, j *job) (outcome, bool) {
+	if _, ok := p.f.view.Load().released[j.d.ID]; ok {
+		// Released from parking lately, and sent again by the service
+		// (a lost ack): it ran, so it is acked unrun (S6).
+		return outDeduplicated, true
+	}
+	if pk := &l.pk; pk.fence == 0 && !pk.flight && l.running == nil && l.retry == nil && l.queue.Len() == 0 {
+		// Nothing of the key here: another process may have had it, and
+		// parked it, before the service sent j.
+		pk.fence = p.b.want()
+	}
+	return 0, false
+}
+
+// divert is called by next for a lane with queued deliveries and nothing
+// running: it holds them for the barrier, or sends them on a flight to
+// the parking topic, and reports whether it did. The shard's mutex must be
+// held.
+func (p *parking) divert(l *lane) bool {
+	pk := &l.pk
+	if l.key == "" {
+		return false
+	}
+	if pk.fence != 0 {
+		if p.b.wait(l) {
+			pk.waiting, l.active = true, true
+			return true
+		}
+		pk.fence = 0
+	}
+	park := p.f.view.Load().parkOf(l.key)
+	if park == "" && pk.failed == nil {
+		return false
+	}
+	fl := &flight{p: p, l: l, park: park, cause: pk.failed}
+	for j, ok := l.queue.Pop(); ok; j, ok = l.queue.Pop() {
+		fl.jobs = append(fl.jobs, j)
+	}
+	pk.flight, l.active = true, true
+	p.flights.Add(1)
+	go fl.fly()
+	return true
+}
+
+// park is the failure policy with parking: j, which failed for good with
+// err, goes back to the head of its lane, and the lane's next flight parks
+// the key. The shard's mutex must be held.
+func (p *parking) park(l *lane, j *job, err error) {
+	l.pk.failed = &parkCause{id: j.d.ID, err: err.Error(), attempt: j.d.Attempt}
+	if t := l.trouble; t != nil {
+		l.r.clock.stop(t.lapse)
+		l.trouble = nil
+	}
+	l.r.tries.succeed(j.d.ID) // a release gives it its attempts afresh
+	l.queue.PushFront(j)
+}
+
+// A flight moves a lane's deliveries to the parking topic: the copies are
+// published, in order, then recorded in the control log, and only then
+// acked on the subscription. Until it lands the lane runs nothing, so the
+// key's later deliveries wait behind it. If the key is not parked yet, the
+// flight parks it first.
+type flight struct {
+	p     *parking
+	l     *lane
+	jobs  []*job
+	park  string     // the park in force when it left; "" to park the key
+	cause *parkCause // why the key parks, if it does
+}
+
+// fly runs the flight on its own goroutine.
+func (fl *flight) fly() {
+	p := fl.p
+	defer p.flights.Done()
+	ctx := p.ops
+	park := fl.park
+	if fl.cause != nil && park == "" {
+		v, err := p.record(ctx, &event{Kind: evPark, Key: fl.l.key, Park: newID(), Msg: fl.cause.id, Err: fl.cause.err})
+		if err != nil {
+			fl.land(false, err)
+			return
+		}
+		if park = v.park; park == "" {
+			fl.land(false, nil) // ended as soon as begun: try again
+			return
+		}
+	}
+	results := make([]*publisher.Result, len(fl.jobs))
+	for i, j := range fl.jobs {
+		results[i] = p.out.Publish(ctx, fl.copyOf(j, park), publisher.WithOrderingKey(fl.l.key))
+	}
+	ids := make([]string, len(fl.jobs))
+	for i, res := range results {
+		if _, err := res.Get(ctx); err != nil {
+			fl.land(false, err)
+			return
+		}
+		ids[i] = fl.jobs[i].d.ID
+	}
+	// The copies are stored before the log says they are parked: a
+	// release never waits for a copy that does not exist.
+	v, err := p.record(ctx, &event{Kind: evForward, Key: fl.l.key, Park: park, IDs: ids})
+	fl.land(err == nil && v.applied, err)
+}
+
+// copyOf is the parking topic's copy of j's message.
+func (fl *flight) copyOf(j *job, park string) *publisher.Message {
+	m := j.msg
+	headers := make(map[string]string, len(m.Attributes)+6)
+	for k, v := range m.Attributes {
+		if k != ordering.Header { // the key travels as the ordering key (P2)
+			headers[k] = v
+		}
+	}
+	headers[AttrParkID] = park
+	headers[AttrMessageID] = j.d.ID
+	// The rest as room allows: the service takes 100 attributes.
+	extra := [][2]string{
+		{AttrSubscription, fl.p.r.s.name},
+		{AttrPublishTime, m.PublishTime.UTC().Format(time.RFC3339Nano)},
+		{AttrAttempts, "0"},
+	}
+	if c := fl.cause; c != nil && c.id == j.d.ID {
+		extra[2][1] = strconv.Itoa(c.attempt)
+		extra = append(extra, [2]string{AttrError, truncateUTF8(c.err, publisher.MaxAttributeValueBytes)})
+	}
+	for _, kv := range extra {
+		if len(headers) < publisher.MaxAttributes {
+			headers[kv[0]] = kv[1]
+		}
+	}
+	return &publisher.Message{Data: m.Data, Headers: headers}
+}
+
+// truncateUTF8 cuts s to at most n bytes on a character boundary.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// land ends the flight. Parked, its deliveries are acked. Otherwise they go
+// back to the head of the lane, in order: refused by the log (the key was
+// released meanwhile), they run or fly again as the view now says; after
+// an error, the lane waits a backoff and flies again, holding the key
+// here, so that nothing is lost or overtaken. At shutdown they are nacked.
+func (fl *flight) land(parked bool, err error) {
+	l, r := fl.l, fl.p.r
+	now := time.Now()
+	var fx effects
+	l.sh.mu.Lock()
+	pk := &l.pk
+	pk.flight = false
+	switch {
+	case parked:
+		pk.failed, pk.tries = nil, 0
+		for _, j := range fl.jobs {
+			fx.add(j, outParked)
+		}
+		r.s.counts.parked.Add(int64(len(fl.jobs)))
+	case r.stopped():
+		for _, j := range fl.jobs {
+			fx.add(j, outShutdown)
+		}
+	default:
+		for i := len(fl.jobs) - 1; i >= 0; i-- {
+			l.queue.PushFront(fl.jobs[i])
+		}
+		if err != nil {
+			pk.tries++
+			l.wait(r.backoff(pk.tries), now)
+		}
+	}
+	l.next(&fx)
+	l.sh.mu.Unlock()
+	r.apply(l, &fx)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		slog.Warn("keyorder/subscriber: could not park messages; will try again", "subscription", r.s.name, "key", l.key, "err", err)
+	}
+}
+
+// unfence moves the lane on once the barrier it waited for has passed.
+func (l *lane) unfence() {
+	var fx effects
+	l.sh.mu.Lock()
+	l.pk.waiting = false
+	l.next(&fx)
+	l.sh.mu.Unlock()
+	l.r.apply(l, &fx)
+}
