@@ -341,6 +341,9 @@ func (rr *releaseRun) runOne(ctx context.Context, id string, m *pubsub.Message) 
 			break
 		}
 		r.reportError(j, err)
+		if r.stopped() {
+			return ErrNotReceiving // no retries once shutting down (S7); the key stays parked
+		}
 		var later *RetryAfterError
 		delay := time.Duration(0)
 		switch {

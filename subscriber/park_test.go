@@ -2,14 +2,22 @@ package subscriber_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 
+	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/subscriber"
@@ -39,7 +47,8 @@ func (e parkEnv) parkedData() []string {
 	return out
 }
 
-func (e parkEnv) debug() string {
+// describe says what e holds, for a failure message.
+func (e parkEnv) describe() string {
 	list, err := e.sub.Parked(context.Background())
 	return fmt.Sprintf("parked %+v %v; parking topic %v; server %+v; subscriber %+v", list, err, e.parkedData(), e.srv.Stats(e.sub.Name()), e.sub.Stats())
 }
@@ -191,7 +200,7 @@ func (e parkEnv) awaitParked(t *testing.T, key string, n int) subscriber.ParkedK
 			}
 		}
 		return false
-	}), "%s never had %d messages parked: %v", key, n, e.debug())
+	}), "%s never had %d messages parked: %v", key, n, e.describe())
 	return got
 }
 
@@ -241,4 +250,290 @@ func TestReleaseAfterTheFix(t *testing.T) {
 	st := e.sub.Stats()
 	assert.Equal(t, int64(12), st.Parked)
 	assert.Equal(t, int64(12), st.Released)
+}
+
+// reopen opens e's subscription again, through client, as another
+// process would, parking on the same topic.
+func (e parkEnv) reopen(t *testing.T, client *pubsub.Client, sopts ...subscriber.Option) *subscriber.Subscription {
+	t.Helper()
+	s, err := subscriber.Open(testContext(t), client, e.sub.Name(), append([]subscriber.Option{subscriber.WithParking(e.parkTopic), fast}, sopts...)...)
+	require.NoError(t, err)
+	return s
+}
+
+// TestRestartWhileParked: key-0 parks, and Receive stops. A new
+// Subscription, through Open, receives the key's new messages: none runs,
+// each is parked behind the others, and Parked still lists the key. Other
+// keys run.
+func TestRestartWhileParked(t *testing.T) {
+	t.Parallel()
+	e := newParkEnv(t, nil, subscriber.WithMaxAttempts(1))
+	e.publishSeqs(t, "key-0", 1, 3)
+	tr := newTracker(nil, 0)
+	tr.expect("key-0", 1)
+	tr.receiveUntil(t, e.sub, tr.handler(func(_ context.Context, d *subscriber.Delivery) error {
+		if string(d.Data) == "key-0/2" {
+			return errInjected
+		}
+		return nil
+	}), e.settled(func(orderingtest.Stats) bool { return len(e.parkedData()) == 2 }))
+
+	again := e.reopen(t, e.client)
+	e2 := e
+	e2.sub = again
+	tr2 := newTracker(nil, 0)
+	tr2.expect("key-1", 5)
+	stop := start(t, again, tr2.handler(func(context.Context, *subscriber.Delivery) error { return nil }))
+	e.publishSeqs(t, "key-0", 4, 8)
+	e.publishSeqs(t, "key-1", 1, 5)
+	k := e2.awaitParked(t, "key-0", 7)
+	select {
+	case <-tr2.done:
+	case <-time.After(testTimeout):
+		t.Fatal("key-1 did not finish")
+	}
+	stop()
+	tr2.verify(t)
+	assert.Equal(t, seqs("key-0", 2, 8), e.parkedData())
+	assert.Equal(t, errInjected.Error(), k.LastError)
+	for _, d := range seqs("key-0", 2, 8) {
+		assert.Zero(t, tr2.callsOf(d), "%s ran", d)
+	}
+	assert.Equal(t, int64(5), again.Stats().Parked)
+}
+
+// TestReleasedMessageFailsAgain: a parked message that fails for good in a
+// release parks the key again: Release stops there with ErrParkedAgain,
+// the messages before it stay released, and the rest stay parked, with the
+// new error. A later Release, after the fix, goes on from there.
+func TestReleasedMessageFailsAgain(t *testing.T) {
+	t.Parallel()
+	e := newParkEnv(t, nil, subscriber.WithMaxAttempts(2))
+	e.publishSeqs(t, "key-0", 1, 8)
+	tr := newTracker(nil, 0)
+	tr.expect("key-0", 8)
+	var fixed atomic.Int32 // the messages from this one on succeed
+	fixed.Store(3)
+	stop := start(t, e.sub, tr.handler(func(_ context.Context, d *subscriber.Delivery) error {
+		if _, seq := parse(d); seq >= int(fixed.Load()) && seq <= 5 {
+			return fmt.Errorf("bad %d: %w", seq, errInjected)
+		}
+		return nil
+	}))
+	e.awaitParked(t, "key-0", 6) // 3..8
+	fixed.Store(5)               // 3 and 4 are fixed, 5 is not
+	err := e.sub.Release(testContext(t), "key-0")
+	require.ErrorIs(t, err, subscriber.ErrParkedAgain)
+	require.ErrorIs(t, err, errInjected)
+	assert.Equal(t, 4, tr.processed("key-0"))
+	k := e.awaitParked(t, "key-0", 4) // 5..8
+	assert.Equal(t, "bad 5: "+errInjected.Error(), k.LastError)
+	assert.False(t, k.Releasing)
+	assert.Equal(t, 2, tr.callsOf("key-0/5"), "it had its attempts")
+
+	fixed.Store(6)
+	require.NoError(t, e.sub.Release(testContext(t), "key-0"))
+	select {
+	case <-tr.done:
+	case <-time.After(testTimeout):
+		t.Fatalf("key-0 has %d processed", tr.processed("key-0"))
+	}
+	stop()
+	tr.verify(t)
+}
+
+// TestParkingWinsOverDeadLettering: on a subscription with a dead-letter
+// policy, a message that fails for good is parked and acked, not nacked
+// towards the dead-letter topic, and so are the later messages of its key.
+// Nothing reaches the dead-letter topic, and nothing is lost: the release
+// runs all of it.
+func TestParkingWinsOverDeadLettering(t *testing.T) {
+	t.Parallel()
+	topic, _ := names()
+	dlq := "dead-" + topic
+	e := newParkEnv(t, nil, subscriber.WithMaxAttempts(1), subscriber.WithDeadLetterPolicy(dlq, 5))
+	dlTopic, _ := e.sub.DeadLetterPolicy()
+	require.Equal(t, path(e.client, "topics", dlq), dlTopic)
+	e.publishSeqs(t, "key-0", 1, 5)
+	tr := newTracker(nil, 0)
+	tr.expect("key-0", 5)
+	var broken atomic.Bool
+	broken.Store(true)
+	stop := start(t, e.sub, tr.handler(func(_ context.Context, d *subscriber.Delivery) error {
+		if string(d.Data) == "key-0/2" && broken.Load() {
+			return errInjected
+		}
+		return nil
+	}))
+	e.awaitParked(t, "key-0", 4)
+	assert.Zero(t, e.srv.Stats(e.sub.Name()).DeadLettered)
+	broken.Store(false)
+	require.NoError(t, e.sub.Release(testContext(t), "key-0"))
+	stop()
+	tr.verify(t)
+	assert.Empty(t, e.srv.Messages(dlTopic))
+	assert.Zero(t, e.sub.Stats().DeadLettered)
+}
+
+// TestParkingTwoProcesses: two processes, A and B, receive one
+// subscription. A parks key-0 while B's view of the control log lags (its
+// follower's stream is held back). A then stops, and the key's next
+// message goes to B, which must not run it: B does not hold the key, so
+// the message waits for B's barrier marker to come back, by which time B
+// has seen the park, and parks the message. Without the barrier, B would
+// run it at once.
+func TestParkingTwoProcesses(t *testing.T) {
+	t.Parallel()
+	e := newParkEnv(t, nil, subscriber.WithMaxAttempts(1))
+	g := newGate()
+	clientB := harness.Client(t, e.srv.Addr, option.WithGRPCDialOption(grpc.WithStreamInterceptor(g.interceptor())))
+	subA, subB := e.sub, e.reopen(t, clientB)
+	eB := e
+	eB.sub = subB
+
+	holding, release := make(chan struct{}), make(chan struct{})
+	trA := newTracker(nil, 0)
+	trA.expect("key-0", 1)
+	stopA := start(t, subA, trA.handler(func(_ context.Context, d *subscriber.Delivery) error {
+		switch string(d.Data) {
+		case "key-0/1":
+			close(holding)
+			<-release // key-0 stays outstanding on A meanwhile
+		case "key-0/2":
+			return subscriber.Permanent(errInjected)
+		}
+		return nil
+	}))
+	e.publishSeqs(t, "key-0", 1, 1)
+	<-holding
+
+	var callsB atomic.Int32
+	stopB := start(t, subB, func(_ context.Context, d *subscriber.Delivery) error {
+		callsB.Add(1)
+		return nil
+	})
+	ctx := testContext(t)
+	require.NoError(t, e.srv.WaitFor(ctx, func() bool { return e.srv.Stats(e.sub.Name()).Streams == 2 }), "B receives")
+	g.shut()
+
+	e.publishSeqs(t, "key-0", 2, 4) // to A, which holds the key
+	close(release)
+	e.awaitParked(t, "key-0", 3)
+	stopA()
+
+	_, subID := splitName(e.sub.Name())
+	control := path(e.client, "topics", subID+"-parking-control")
+	markers := func() int {
+		n := 0
+		for _, m := range e.srv.Messages(control) {
+			if _, ok := m.Attributes["keyorder-to"]; ok {
+				n++
+			}
+		}
+		return n
+	}
+	before := markers()
+	e.publishSeqs(t, "key-0", 5, 5)
+	id := e.srv.Messages(e.topic)[4].ID
+	require.NoError(t, e.srv.WaitFor(ctx, func() bool {
+		delivered := false
+		for _, d := range e.srv.Deliveries(e.sub.Name()) {
+			delivered = delivered || d.MessageID == id
+		}
+		return delivered && (markers() > before || callsB.Load() > 0)
+	}), "key-0/5 reached B, which sent a marker or ran it")
+	assert.Zero(t, callsB.Load(), "B ran key-0/5 while its view lagged")
+
+	g.lift()
+	eB.awaitParked(t, "key-0", 4)
+	stopB()
+	assert.Zero(t, callsB.Load())
+	assert.Equal(t, seqs("key-0", 2, 5), e.parkedData())
+}
+
+// splitName splits projects/P/subscriptions/S into P and S.
+func splitName(name string) (project, id string) {
+	rest := strings.TrimPrefix(name, "projects/")
+	project, id, _ = strings.Cut(rest, "/subscriptions/")
+	return project, id
+}
+
+// TestReleaseInterruptedByARestart: a release of key-0's nine parked
+// messages stops after the fourth, and a new process, through Open,
+// releases the rest: every message runs once, in order. The release stops
+// either as a Receive that shuts down does, recording that it stopped, or
+// as a process that dies does, without a word: the new process then takes
+// the release over once the dead one's claim has lapsed. Not parallel: it
+// shortens the release lease, which every process shares.
+func TestReleaseInterruptedByARestart(t *testing.T) {
+	defer subscriber.SetReleaseLease(time.Second)()
+	for _, crash := range []bool{false, true} {
+		t.Run(map[bool]string{false: "shutdown", true: "crash"}[crash], func(t *testing.T) {
+			e := newParkEnv(t, nil, subscriber.WithMaxAttempts(1), subscriber.WithDrainTimeout(50*time.Millisecond))
+			e.publishSeqs(t, "key-0", 1, 10)
+			tr := newTracker(nil, 0)
+			tr.expect("key-0", 10)
+			var fixed atomic.Bool
+			interrupt := make(chan struct{})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				done <- e.sub.Receive(ctx, tr.handler(func(hctx context.Context, d *subscriber.Delivery) error {
+					switch _, seq := parse(d); {
+					case seq == 2 && !fixed.Load():
+						return errInjected
+					case seq == 6:
+						// The release is interrupted here: this call fails
+						// once Receive has stopped, so the message is not
+						// processed.
+						close(interrupt)
+						<-hctx.Done()
+						return hctx.Err()
+					}
+					return nil
+				}))
+			}()
+			e.awaitParked(t, "key-0", 9)
+			fixed.Store(true)
+			if crash {
+				// The dying process cannot record that its release stopped.
+				e.srv.FailPublish(func(m *pubsubpb.PubsubMessage) bool {
+					return strings.Contains(string(m.Data), `"kind":"stop"`)
+				}, codes.PermissionDenied, 0)
+			}
+			released := make(chan error, 1)
+			go func() { released <- e.sub.Release(context.Background(), "key-0") }()
+			<-interrupt
+			cancel()
+			require.ErrorIs(t, <-released, subscriber.ErrNotReceiving)
+			require.NoError(t, <-done)
+			assert.Equal(t, 5, tr.processed("key-0"))
+
+			again := e.reopen(t, e.client, subscriber.WithMaxAttempts(1))
+			eB := e
+			eB.sub = again
+			stop := start(t, again, tr.handler(func(context.Context, *subscriber.Delivery) error { return nil }))
+			k := eB.awaitParked(t, "key-0", 5)
+			assert.Equal(t, crash, k.Releasing, "a claim lasts until it lapses")
+			rctx := testContext(t)
+			for {
+				err := again.Release(rctx, "key-0")
+				if !crash || !errors.Is(err, subscriber.ErrReleasing) {
+					require.NoError(t, err)
+					break
+				}
+				// Wait for the server to move on rather than spin: each
+				// Release publishes a claim.
+				require.NoError(t, e.srv.WaitFor(rctx, func() bool { return true }))
+			}
+			select {
+			case <-tr.done:
+			case <-time.After(testTimeout):
+				t.Fatalf("key-0 has %d processed", tr.processed("key-0"))
+			}
+			stop()
+			tr.verify(t)
+		})
+	}
 }
