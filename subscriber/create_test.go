@@ -143,6 +143,7 @@ func TestOptionsAreValidated(t *testing.T) {
 		subscriber.WithRetryPolicy(-time.Second, time.Second),
 		subscriber.WithRetryPolicy(2*time.Second, time.Second),
 		subscriber.WithRetryPolicy(0, 601*time.Second),
+		subscriber.WithParking(""),
 	} {
 		_, err := subscriber.CreateWithTopic(ctx, client, topic, sub, opt)
 		require.ErrorIs(t, err, subscriber.ErrInvalidConfig)

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/ordering/orderingtest"
@@ -536,4 +537,72 @@ func TestReleaseInterruptedByARestart(t *testing.T) {
 			tr.verify(t)
 		})
 	}
+}
+
+// TestParkingTopics checks that CreateWithTopic and Open create the parking
+// and control topics when they are missing, with message retention, and
+// refuse what parking cannot work with.
+func TestParkingTopics(t *testing.T) {
+	t.Parallel()
+	_, client := harness.Fake(t)
+	ctx := testContext(t)
+	retention := func(topic string) time.Duration {
+		got, err := client.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: topic})
+		require.NoError(t, err, topic)
+		return got.GetMessageRetentionDuration().AsDuration()
+	}
+	t.Run("CreateWithTopic", func(t *testing.T) {
+		topic, subID := names()
+		_, err := subscriber.CreateWithTopic(ctx, client, topic, subID, subscriber.WithParking("parked-"+topic))
+		require.NoError(t, err)
+		assert.Equal(t, 31*24*time.Hour, retention(path(client, "topics", "parked-"+topic)))
+		assert.Equal(t, 31*24*time.Hour, retention(path(client, "topics", subID+"-parking-control")))
+	})
+	t.Run("Open", func(t *testing.T) {
+		topic, subID := names()
+		createDirectly(t, client, &pubsubpb.Subscription{
+			Name: path(client, "subscriptions", subID), Topic: path(client, "topics", topic), EnableMessageOrdering: true,
+		})
+		// An existing parking topic is used as it is.
+		_, err := client.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{
+			Name: path(client, "topics", "parked-"+topic), MessageRetentionDuration: durationpb.New(time.Hour),
+		})
+		require.NoError(t, err)
+		_, err = subscriber.Open(ctx, client, subID, subscriber.WithParking("parked-"+topic))
+		require.NoError(t, err)
+		assert.Equal(t, time.Hour, retention(path(client, "topics", "parked-"+topic)))
+		assert.Equal(t, 31*24*time.Hour, retention(path(client, "topics", subID+"-parking-control")))
+	})
+	t.Run("a parking topic without retention", func(t *testing.T) {
+		topic, subID := names()
+		_, err := client.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: path(client, "topics", "parked-"+topic)})
+		require.NoError(t, err)
+		_, err = subscriber.CreateWithTopic(ctx, client, topic, subID, subscriber.WithParking("parked-"+topic))
+		require.ErrorIs(t, err, subscriber.ErrInvalidConfig)
+		assert.Contains(t, err.Error(), "retention")
+	})
+	t.Run("an unordered subscription", func(t *testing.T) {
+		topic, subID := names()
+		createDirectly(t, client, &pubsubpb.Subscription{Name: path(client, "subscriptions", subID), Topic: path(client, "topics", topic)})
+		_, err := subscriber.Open(ctx, client, subID, subscriber.WithParking("parked-"+topic))
+		require.ErrorIs(t, err, subscriber.ErrInvalidConfig)
+		assert.Contains(t, err.Error(), "ordering")
+	})
+	t.Run("without parking", func(t *testing.T) {
+		topic, subID := names()
+		s, err := subscriber.CreateWithTopic(ctx, client, topic, subID)
+		require.NoError(t, err)
+		_, err = s.Parked(ctx)
+		require.ErrorIs(t, err, subscriber.ErrNoParking)
+		require.ErrorIs(t, s.Release(ctx, "k"), subscriber.ErrNoParking)
+	})
+	t.Run("not receiving", func(t *testing.T) {
+		topic, subID := names()
+		s, err := subscriber.CreateWithTopic(ctx, client, topic, subID, subscriber.WithParking("parked-"+topic))
+		require.NoError(t, err)
+		require.ErrorIs(t, s.Release(ctx, "k"), subscriber.ErrNotReceiving)
+		list, err := s.Parked(ctx)
+		require.NoError(t, err)
+		assert.Empty(t, list)
+	})
 }
