@@ -21,7 +21,7 @@ import (
 // shortens the snapshot period, which every Receive of the package reads.
 func TestSnapshotsKeepTheState(t *testing.T) {
 	old := snapshotEvery
-	snapshotEvery = 500 * time.Millisecond
+	snapshotEvery = 700 * time.Millisecond
 	defer func() { snapshotEvery = old }()
 
 	srv, client := harness.Fake(t)
@@ -82,8 +82,10 @@ func TestSnapshotsKeepTheState(t *testing.T) {
 
 	again, err := Open(ctx, client, s.Name(), opts...)
 	require.NoError(t, err)
+	opened := srv.Stats(s.Name()).StreamsOpened
 	stop = receive(again)
 	defer stop()
+	require.NoError(t, srv.WaitFor(ctx, func() bool { return srv.Stats(s.Name()).StreamsOpened > opened }), "the new Receive caught up")
 	list, err := again.Parked(ctx)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
