@@ -291,7 +291,9 @@ func (p *parking) closePublishers(timeout time.Duration) {
 // fails the Receive if the follower stops.
 func (p *parking) run() {
 	defer close(p.loopDone)
-	check := time.NewTimer(snapshotCheck())
+	// The first check comes soon: a Receive that had to read the whole
+	// log, for want of a snapshot, spares the next one that.
+	check := time.NewTimer(snapshotCheck() / 64)
 	defer check.Stop()
 	gone := p.f.gone()
 	for {

@@ -73,8 +73,9 @@ type parkView struct {
 func (v *parkView) parkOf(key string) string { return v.parked[key] }
 
 // appliedDedup is how many control messages a follower remembers as
-// applied, to skip the ones the service sends again.
-const appliedDedup = 100_000
+// applied, to skip the ones the service sends again: those come back with
+// a redelivered tail, soon after they were first sent.
+const appliedDedup = 10_000
 
 func newFollower(client *pubsub.Client, topic, subName, me string) *follower {
 	project, subID := splitName(subName)

@@ -71,17 +71,21 @@ func (p *parking) divert(l *lane) bool {
 	if l.key == "" {
 		return false
 	}
-	if pk.fence != 0 {
-		if p.b.wait(l) {
-			pk.waiting, l.active = true, true
-			return true
-		}
-		pk.fence = 0
-	}
 	park := p.f.view.Load().parkOf(l.key)
 	if park == "" && pk.failed == nil {
+		if pk.fence != 0 {
+			if p.b.wait(l) {
+				pk.waiting, l.active = true, true
+				return true
+			}
+			pk.fence = 0
+		}
 		return false
 	}
+	// A flight needs no barrier: the log's verdict on it comes after every
+	// event published before it, so if it is refused, the view is up to
+	// date when its deliveries go back to run.
+	pk.fence = 0
 	fl := &flight{p: p, l: l, park: park, cause: pk.failed}
 	for j, ok := l.queue.Pop(); ok; j, ok = l.queue.Pop() {
 		fl.jobs = append(fl.jobs, j)
