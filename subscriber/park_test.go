@@ -606,3 +606,37 @@ func TestParkingTopics(t *testing.T) {
 		assert.Empty(t, list)
 	})
 }
+
+// TestReceiveFailsWithoutTheControlLog: a Receive whose view of the
+// control log is lost, here because its subscription on the control topic
+// was deleted, cannot tell which keys are parked, so it stops and returns
+// the error rather than run what it should not.
+func TestReceiveFailsWithoutTheControlLog(t *testing.T) {
+	t.Parallel()
+	e := newParkEnv(t, nil)
+	ctx := testContext(t)
+	done := make(chan error, 1)
+	go func() { done <- e.sub.Receive(ctx, func(context.Context, *subscriber.Delivery) error { return nil }) }()
+	_, subID := splitName(e.sub.Name())
+	var follower string
+	require.NoError(t, e.srv.WaitFor(ctx, func() bool {
+		if e.srv.Stats(e.sub.Name()).Streams == 0 {
+			return false // still catching up: it may read the log through another
+		}
+		for _, s := range e.srv.Subscriptions() {
+			if strings.Contains(s, subID+"-parking-") && e.srv.Stats(s).Streams > 0 {
+				follower = s
+				return true
+			}
+		}
+		return false
+	}))
+	require.NoError(t, e.client.SubscriptionAdminClient.DeleteSubscription(ctx, &pubsubpb.DeleteSubscriptionRequest{Subscription: follower}))
+	select {
+	case err := <-done:
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "parking control log")
+	case <-ctx.Done():
+		t.Fatal("Receive went on without the control log")
+	}
+}
