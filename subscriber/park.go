@@ -227,22 +227,28 @@ func newParking(s *Subscription, r *receiver) (*parking, error) {
 	return p, nil
 }
 
-// startParking starts r's parking: it replays the control log until it is
-// caught up, then follows it. It returns the context Receive must use,
-// cancelled if the log can no longer be followed.
-func startParking(ctx context.Context, r *receiver) (*parking, context.Context, error) {
+// startParking starts r's parking, r.park: it replays the control log
+// until it is caught up, then follows it. It returns the context Receive
+// must use, cancelled if the log can no longer be followed. If parking
+// cannot start, it returns a nil context, with the error, or with nil if
+// ctx ended meanwhile: Receive then returns at once, as it would have.
+func startParking(ctx context.Context, r *receiver) (context.Context, error) {
 	p, err := newParking(r.s, r)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if err := p.catchUp(ctx); err != nil {
 		p.closePublishers(r.cfg.drainTimeout)
-		return nil, nil, fmt.Errorf("keyorder/subscriber: replaying the parking control log: %w", err)
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("keyorder/subscriber: replaying the parking control log: %w", err)
 	}
 	rctx, cancel := context.WithCancelCause(ctx)
 	p.fail = cancel
+	r.park = p
 	go p.run()
-	return p, rctx, nil
+	return rctx, nil
 }
 
 // catchUp creates the follower's subscription and replays the control log
@@ -414,8 +420,8 @@ func (p *parking) shutdown() {
 // followed.
 func (p *parking) stop(err error) error {
 	close(p.stopLoop)
+	p.cancelOps() // a marker or a snapshot on its way is not waited for
 	<-p.loopDone
-	p.cancelOps()
 	if ferr := p.f.halt(); ferr != nil && err == nil {
 		err = fmt.Errorf("keyorder/subscriber: following the parking control log: %w", ferr)
 	}

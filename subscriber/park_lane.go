@@ -54,9 +54,11 @@ func (p *parking) accept(l *lane, j *job) (outcome, bool) {
 		// (a lost ack): it ran, so it is acked unrun (S6).
 		return outDeduplicated, true
 	}
-	if pk := &l.pk; pk.fence == 0 && !pk.flight && l.running == nil && l.retry == nil && l.queue.Len() == 0 {
+	if pk := &l.pk; !pk.flight && l.running == nil && l.retry == nil && l.queue.Len() == 0 {
 		// Nothing of the key here: another process may have had it, and
-		// parked it, before the service sent j.
+		// parked it, before the service sent j. A fence taken for an
+		// earlier delivery that did not stay (one nacked for room) is
+		// too early for j.
 		pk.fence = p.b.want()
 	}
 	return 0, false

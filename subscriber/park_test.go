@@ -596,6 +596,14 @@ func TestParkingTopics(t *testing.T) {
 		require.ErrorIs(t, err, subscriber.ErrNoParking)
 		require.ErrorIs(t, s.Release(ctx, "k"), subscriber.ErrNoParking)
 	})
+	t.Run("Receive with a context ended", func(t *testing.T) {
+		topic, subID := names()
+		s, err := subscriber.CreateWithTopic(ctx, client, topic, subID, subscriber.WithParking("parked-"+topic))
+		require.NoError(t, err)
+		ended, cancel := context.WithCancel(ctx)
+		cancel()
+		require.NoError(t, s.Receive(ended, func(context.Context, *subscriber.Delivery) error { return nil }))
+	})
 	t.Run("not receiving", func(t *testing.T) {
 		topic, subID := names()
 		s, err := subscriber.CreateWithTopic(ctx, client, topic, subID, subscriber.WithParking("parked-"+topic))

@@ -57,7 +57,7 @@ func (s *Subscription) Receive(ctx context.Context, h Handler) error {
 		return err
 	}
 	if s.parking != nil {
-		if r.park, ctx, err = startParking(ctx, r); err != nil { // park.go
+		if ctx, err = startParking(ctx, r); ctx == nil { // park.go: sets r.park
 			return err
 		}
 	}
