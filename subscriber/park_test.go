@@ -648,3 +648,53 @@ func TestReceiveFailsWithoutTheControlLog(t *testing.T) {
 		t.Fatal("Receive went on without the control log")
 	}
 }
+
+// TestReleaseWhileMessagesArrive: two processes receive one subscription
+// while key-0's messages keep coming, one at a time, and B releases the
+// key mid-stream. Messages parked while the release runs are released by
+// it; those that come after it unparks the key run directly, on either
+// process; a flight that was on its way when the key was unparked runs its
+// messages instead. The tracker, shared by both, sees every message of
+// the key once, in publish order.
+func TestReleaseWhileMessagesArrive(t *testing.T) {
+	t.Parallel()
+	const total = 40
+	e := newParkEnv(t, nil, subscriber.WithMaxAttempts(1))
+	clientB := harness.Client(t, e.srv.Addr)
+	subA, subB := e.sub, e.reopen(t, clientB, subscriber.WithMaxAttempts(1))
+	eB := e
+	eB.sub = subB
+	tr := newTracker(nil, 0)
+	tr.expect("key-0", total)
+	var fixed atomic.Bool
+	h := tr.handler(func(_ context.Context, d *subscriber.Delivery) error {
+		if string(d.Data) == "key-0/3" && !fixed.Load() {
+			return errInjected
+		}
+		<-time.After(5 * time.Millisecond) // the handler's work: messages keep arriving meanwhile
+		return nil
+	})
+	stopA, stopB := start(t, subA, h), start(t, subB, h)
+	e.publishSeqs(t, "key-0", 1, 5)
+	eB.awaitParked(t, "key-0", 3)
+
+	published := make(chan struct{})
+	go func() {
+		defer close(published)
+		for i := 6; i <= total; i++ {
+			e.publishSeqs(t, "key-0", i, i)
+		}
+	}()
+	fixed.Store(true)
+	require.NoError(t, subB.Release(testContext(t), "key-0"))
+	<-published
+	select {
+	case <-tr.done:
+	case <-time.After(testTimeout):
+		t.Fatalf("key-0 has %d processed; %s", tr.processed("key-0"), eB.describe())
+	}
+	stopA()
+	stopB()
+	tr.verify(t)
+	t.Logf("released %d, parked %d and %d", subB.Stats().Released, subA.Stats().Parked, subB.Stats().Parked)
+}
