@@ -27,6 +27,10 @@ import (
 //     the key is held until the service brings it back, so that no later
 //     message of the key runs before it has succeeded. Other keys go on
 //     (S5, S9).
+//   - With [WithParking], a message that fails for good parks its key
+//     instead: it and the key's later messages go to the parking topic
+//     until [Subscription.Release]. Receive first replays the parking
+//     control log, and returns its error if it cannot follow it.
 //   - A key queues at most [WithKeyBacklog] deliveries once the
 //     subscription holds half its flow-control window; past that, its
 //     deliveries are nacked, so that a slow or failing key cannot starve
