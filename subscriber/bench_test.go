@@ -21,7 +21,9 @@ import (
 // messages each, a handler that does nothing. With default settings both
 // are held near 11,000 msgs/s by the 1000-message outstanding window and
 // the official client's 100 ms ack batching; "unbounded" lifts flow control
-// to show what each costs.
+// to show what each costs. "keyorder+parking" receives with WithParking,
+// where no key parks: what parking costs the healthy path, the barrier a
+// key newly seen waits for.
 // Each op is one message; msgs/s is the rate from the first delivery to the
 // last handler call.
 func BenchmarkReceive(b *testing.B) {
@@ -125,6 +127,8 @@ func BenchmarkReceive(b *testing.B) {
 			// An SDK meter provider, read by hand: the cost of metrics on.
 			{"keyorder+metrics", []subscriber.Option{subscriber.WithMeterProvider(
 				sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader())))}},
+			// Parking on, with nothing parked: the cost of its barrier.
+			{"keyorder+parking", []subscriber.Option{subscriber.WithParking("bench-parked")}},
 		} {
 			b.Run(kv.name+"/"+fc.name, func(b *testing.B) {
 				measure(b, func(ctx context.Context, sub string, handled func()) error {

@@ -139,6 +139,13 @@ func TestOptionsAreValidated(t *testing.T) {
 		subscriber.WithReceiveSettings(pubsub.ReceiveSettings{ShutdownOptions: &pubsub.ShutdownOptions{}}),
 		subscriber.WithMeterProvider(nil),
 		subscriber.WithLogger(nil),
+		subscriber.WithDeadLetterPolicy("", 5),
+		subscriber.WithDeadLetterPolicy("dlq", 4),
+		subscriber.WithDeadLetterPolicy("dlq", 101),
+		subscriber.WithRetryPolicy(-time.Second, time.Second),
+		subscriber.WithRetryPolicy(2*time.Second, time.Second),
+		subscriber.WithRetryPolicy(0, 601*time.Second),
+		subscriber.WithParking(""),
 	} {
 		_, err := subscriber.CreateWithTopic(ctx, client, topic, sub, opt)
 		require.ErrorIs(t, err, subscriber.ErrInvalidConfig)

@@ -34,6 +34,18 @@
 // without running the handler again (S6). [Subscription.HeldKeys],
 // [Subscription.Stats] and [WithKeyEvents] show what is held, and why.
 //
+// # Parking
+//
+// With [WithParking], a message that fails for good parks its key instead:
+// it and every later message of the key are copied, in order, to the
+// parking topic and acked, and the key's new messages follow them there,
+// on every process receiving the subscription, until
+// [Subscription.Release] runs them through the handler, in order, each
+// once. [Subscription.Parked] lists the parked keys. The state is kept in
+// Pub/Sub, on a control topic every Receive replays and follows. See the
+// project's README for how holding, the service's dead-lettering
+// ([WithDeadLetterPolicy]) and parking compare.
+//
 // # Room
 //
 // A key that is stuck, failing or slow, cannot fill the official client's

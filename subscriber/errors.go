@@ -126,3 +126,26 @@ func (e *ReplayError) Error() string {
 
 // Unwrap returns the handler's error.
 func (e *ReplayError) Unwrap() error { return e.Err }
+
+// ErrNoParking is returned by [Subscription.Parked] and
+// [Subscription.Release] on a Subscription made without [WithParking].
+var ErrNoParking = errors.New("keyorder/subscriber: parking is not on (WithParking)")
+
+// ErrNotReceiving is returned by [Subscription.Release] when no Receive
+// runs on the Subscription, or when it stops during the release: the
+// parked messages run through the running Receive's handler.
+var ErrNotReceiving = errors.New("keyorder/subscriber: no Receive is running")
+
+// ErrNotParked is returned, wrapped with the key, by
+// [Subscription.Release] for a key that is not parked.
+var ErrNotParked = errors.New("keyorder/subscriber: key is not parked")
+
+// ErrReleasing is returned, wrapped with the key, by [Subscription.Release]
+// when another release of the key runs, here or on another process, or
+// took the release over.
+var ErrReleasing = errors.New("keyorder/subscriber: key is being released")
+
+// ErrParkedAgain is returned, wrapped with the key, the message and the
+// handler's error, by [Subscription.Release] when a parked message fails
+// for good again: the release stops there and the key stays parked.
+var ErrParkedAgain = errors.New("keyorder/subscriber: a released message failed again; the key stays parked")

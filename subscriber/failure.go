@@ -56,6 +56,10 @@ func (l *lane) failed(j *job, err error, now time.Time, fx *effects) {
 	}
 
 	j.err = err // for the log of its failure
+	if r.park != nil && l.key != "" {
+		r.park.park(l, j, err) // park.go: the key parks instead of being held
+		return
+	}
 	fx.add(j, outFailed)
 	deadLettered := r.deadLettered(j)
 	if deadLettered {

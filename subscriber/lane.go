@@ -72,6 +72,8 @@ type lane struct {
 
 	// stats counts the key's calls while it has a lane, for Stats.
 	stats laneStats
+	// pk is the lane's part in parking (park.go).
+	pk laneParking
 }
 
 // trouble is a lane's failing message: the one no later message of the key

@@ -57,8 +57,7 @@ const (
 	outcomeNacked       = "nacked"        // reason failed, room or shutdown
 	outcomeHeld         = "held"          // nacked unrun for a hold: reason hold or tail (S5)
 	outcomeDeadLettered = "dead_lettered" // failed for good on its last delivery: the service forwards it
-	// outcomeParked is for the parking of a failed key's messages (issue
-	// 8), once it lands: moved to the parking topic and acked.
+	// outcomeParked: moved to the parking topic and acked (WithParking).
 	outcomeParked = "parked"
 
 	// Outcomes of keyorder.subscriber.handler.duration.
@@ -145,6 +144,7 @@ func newRecorder(s *Subscription, look gaugeSource) *recorder {
 	o.settledAs[outHeld] = settled(outcomeHeld, "hold")
 	o.settledAs[outTail] = settled(outcomeHeld, "tail")
 	o.settledAs[outSkipped] = settled(outcomeAcked, "replay_range")
+	o.settledAs[outParked] = settled(outcomeParked, "")
 	o.deadLettered = settled(outcomeDeadLettered, "failed")
 	for i, c := range callOutcomes {
 		o.calledAs[i] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(sub, attribute.String(attrOutcome, c)))}

@@ -45,6 +45,8 @@ type config struct {
 	quiet          time.Duration        // replay.go
 	meterProvider  metric.MeterProvider // nil: the global one, when Receive starts
 	logger         *slog.Logger         // nil: slog.Default(), when Receive starts
+	policies       servicePolicies      // the service's, for a subscription created (policies.go)
+	parking        string               // the parking topic; "" for none (park.go)
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -353,6 +355,81 @@ func WithLogger(l *slog.Logger) Option {
 			return invalid("WithLogger(nil): use slog.New(slog.DiscardHandler) to log nothing")
 		}
 		c.logger = l
+		return nil
+	}
+}
+
+// WithDeadLetterPolicy asks the service to forward a message to the topic
+// topicID (an ID or a full name) once it has been delivered
+// maxDeliveryAttempts times, when [CreateWithTopic] creates the
+// subscription; it creates that topic too if it is missing. On Google Cloud
+// the project's Pub/Sub service account must be allowed to publish to the
+// topic and to subscribe to the subscription. The service dead-letters on a
+// best-effort basis and keeps no order: the key goes on without the
+// message (see the README on hold, dead-lettering and parking, and
+// [WithParking], which wins when both are set). An existing subscription
+// keeps its own policy: see [Subscription.DeadLetterPolicy]. By default the
+// subscription has none. maxDeliveryAttempts is 5 to 100, as the service
+// requires.
+func WithDeadLetterPolicy(topicID string, maxDeliveryAttempts int) Option {
+	return func(c *config) error {
+		switch {
+		case topicID == "":
+			return invalid("WithDeadLetterPolicy: empty topic")
+		case maxDeliveryAttempts < minDeadLetterAttempts || maxDeliveryAttempts > maxDeadLetterAttempts:
+			return invalid("WithDeadLetterPolicy(%q, %d): need %d to %d delivery attempts", topicID, maxDeliveryAttempts, minDeadLetterAttempts, maxDeadLetterAttempts)
+		}
+		c.policies.deadLetterTopic, c.policies.maxDeliveryAttempts = topicID, maxDeliveryAttempts
+		return nil
+	}
+}
+
+// WithRetryPolicy asks the service to wait between min and max, growing
+// with each attempt, before it sends a nacked message again, when
+// [CreateWithTopic] creates the subscription. It spaces out the nacks of a
+// held key (S5) and of keys without room (S10), which without a retry
+// policy come back at once. It is the service's policy, not [WithBackoff],
+// which spaces the handler calls of a message this Receive retries itself.
+// An existing subscription keeps its own policy: see
+// [Subscription.RetryPolicy]. By default the subscription has none.
+// 0 <= min <= max <= 600 s, as the service requires.
+func WithRetryPolicy(min, max time.Duration) Option {
+	return func(c *config) error {
+		if min < 0 || max < min || max > maxRetryBackoff {
+			return invalid("WithRetryPolicy(%v, %v): need 0 <= min <= max <= %v", min, max, maxRetryBackoff)
+		}
+		c.policies.retry, c.policies.minBackoff, c.policies.maxBackoff = true, min, max
+		return nil
+	}
+}
+
+// WithParking makes parking the failure policy, with topicID (an ID or a
+// full name) as the parking topic. [CreateWithTopic] and [Open] create it
+// when it is missing, with 31 days of message retention, and with it the
+// control topic, named after the subscription with "-parking-control",
+// where every process receiving the subscription keeps the state. See
+// [Subscription.Release] and [Subscription.Parked].
+//
+// A message that fails for good (its attempts ran out, or the handler
+// returned [Permanent]) parks its key: it and every later message of the
+// key are copied, in order and with their key, to the parking topic, with
+// the attributes [AttrParkID], [AttrMessageID], [AttrSubscription],
+// [AttrPublishTime], [AttrAttempts] and [AttrError] added, then acked on
+// the subscription. The key's new messages follow them for as long as it
+// is parked, on every process, across restarts; no message of the key runs
+// before [Subscription.Release]. Other keys go on at full speed (S9).
+//
+// Parking needs an ordered subscription, and every process receiving it
+// must use it, with the same topic. It wins over the subscription's
+// dead-letter policy: a message parked is acked, never dead-lettered. The
+// default is no parking: a key is held until its failed message comes back
+// (S5).
+func WithParking(topicID string) Option {
+	return func(c *config) error {
+		if topicID == "" {
+			return invalid("WithParking: empty topic")
+		}
+		c.parking = topicID
 		return nil
 	}
 }

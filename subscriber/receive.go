@@ -26,6 +26,10 @@ import (
 //     the key is held until the service brings it back, so that no later
 //     message of the key runs before it has succeeded. Other keys go on
 //     (S5, S9).
+//   - With [WithParking], a message that fails for good parks its key
+//     instead: it and the key's later messages go to the parking topic
+//     until [Subscription.Release]. Receive first replays the parking
+//     control log, and returns its error if it cannot follow it.
 //   - A key queues at most [WithKeyBacklog] deliveries once the
 //     subscription holds half its flow-control window; past that, its
 //     deliveries are nacked, so that a slow or failing key cannot starve
@@ -55,6 +59,11 @@ func (s *Subscription) Receive(ctx context.Context, h Handler) error {
 	if err != nil {
 		return err
 	}
+	if s.parking != nil {
+		if ctx, err = startParking(ctx, r); ctx == nil { // park.go: sets r.park
+			return err
+		}
+	}
 	s.current.Store(r)
 	defer s.current.Store(nil)
 	defer r.cancelHandlers()
@@ -75,8 +84,14 @@ func (s *Subscription) Receive(ctx context.Context, h Handler) error {
 		pulled = nil
 	}
 	r.shutdown()
+	if r.park != nil {
+		r.park.shutdown()
+	}
 	if pulled != nil {
 		pullErr = <-pulled
+	}
+	if r.park != nil {
+		pullErr = r.park.stop(pullErr)
 	}
 	if r.confirm != nil {
 		r.confirm.stop(s.cfg.drainTimeout)
@@ -103,6 +118,7 @@ type receiver struct {
 	confirm        *confirmer    // exactly-once subscriptions only: watches ack answers
 	obs            *recorder     // metrics and logs (observe.go)
 	census         census        // scratch for Stats (census.go)
+	park           *parking      // with WithParking, else nil (park.go)
 }
 
 func newReceiver(ctx context.Context, s *Subscription, h Handler) (*receiver, error) {
@@ -191,6 +207,11 @@ func (l *lane) accept(j *job, now time.Time) outcome {
 			return outJoined
 		}
 	}
+	if r.park != nil && l.key != "" {
+		if out, ok := r.park.accept(l, j); ok { // park.go: the barrier, released messages
+			return out
+		}
+	}
 	if prior := r.tries.prior(id); prior.failures >= r.cfg.maxAttempts {
 		// It failed for good on an earlier delivery: one call per
 		// delivery, after its backoff.
@@ -233,6 +254,7 @@ const (
 	outRoom                        // nacked unrun: its key had no room (S10)
 	outShutdown                    // nacked: Receive is shutting down (S7)
 	outSkipped                     // acked unrun: outside the range a Replay reads
+	outParked                      // acked unrun: moved to the parking topic (park.go)
 
 	numOutcomes // the number of outcomes, for tables indexed by outcome
 )
@@ -243,7 +265,7 @@ func (r *receiver) settle(j *job, out outcome) {
 	if out == outJoined || out == outQueued || !j.settled.CompareAndSwap(false, true) {
 		return
 	}
-	ack := out == outAcked || out == outDeduplicated || out == outSkipped
+	ack := out == outAcked || out == outDeduplicated || out == outSkipped || out == outParked
 	for _, m := range j.stale {
 		if ack {
 			m.Ack()

@@ -80,7 +80,10 @@ func Replay(ctx context.Context, client *pubsub.Client, topicID string, from tim
 	if err != nil {
 		return err
 	}
-	err = seekAndRun(ctx, newSubscription(client, sub, cfg), seekTo, from, start, h)
+	var s *Subscription
+	if s, err = newSubscription(ctx, client, sub, cfg); err == nil {
+		err = seekAndRun(ctx, s, seekTo, from, start, h)
+	}
 	// The subscription goes whatever happened, even if ctx has ended.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deleteTimeout)
 	defer cancel()

@@ -23,16 +23,35 @@ import (
 // redeliveries and broken streams. Per key, every
 // message must be processed exactly once, in order, and every handler call
 // must be the key's next unprocessed message.
+//
+// With parking, a message that fails for good parks its key instead, and
+// a releaser releases the parked keys as they come, amid the same faults,
+// which reach the parking subscriptions too.
 func TestSoak(t *testing.T) {
 	t.Parallel()
+	for _, parking := range []bool{false, true} {
+		t.Run(map[bool]string{false: "hold", true: "parking"}[parking], func(t *testing.T) {
+			t.Parallel()
+			soak(t, parking)
+		})
+	}
+}
+
+func soak(t *testing.T, parking bool) {
 	keys, perKey := keyNames(200), 25
 	if testing.Short() {
 		keys, perKey = keyNames(50), 10
 	}
 	rs := pubsub.DefaultReceiveSettings
 	rs.MaxOutstandingMessages = 400
-	e := newFakeEnv(t, []orderingtest.Option{orderingtest.WithAckDeadline(2 * time.Second)},
-		subscriber.WithWorkers(8), subscriber.WithMaxAttempts(2), fast, subscriber.WithReceiveSettings(rs))
+	fopts := []orderingtest.Option{orderingtest.WithAckDeadline(2 * time.Second)}
+	sopts := []subscriber.Option{subscriber.WithWorkers(8), subscriber.WithMaxAttempts(2), fast, subscriber.WithReceiveSettings(rs)}
+	var e fakeEnv
+	if parking {
+		e = newParkEnv(t, fopts, sopts...).fakeEnv
+	} else {
+		e = newFakeEnv(t, fopts, sopts...)
+	}
 	e.publish(t, keys, perKey)
 	sub := e.sub.Name()
 
@@ -81,11 +100,14 @@ func TestSoak(t *testing.T) {
 				stats.redelivered.Add(1)
 			}
 		}
-		// A few handlers outlive their lease.
+		// A few handlers outlive their lease. A released message has no
+		// lease on the subscription, so the wait is bounded.
 		if r%1000 == 777 && tr.callsOf(data) == 1 {
 			stats.slow.Add(1)
 			expired := e.srv.Stats(sub).Expired
-			_ = e.srv.WaitFor(ctx, func() bool { return e.srv.Stats(sub).Expired > expired })
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_ = e.srv.WaitFor(wctx, func() bool { return e.srv.Stats(sub).Expired > expired })
+			cancel()
 		}
 		// Break the streams twice along the way.
 		n := processed.Add(1)
@@ -99,20 +121,88 @@ func TestSoak(t *testing.T) {
 		return nil
 	})
 	start := time.Now()
+	var releases soakReleases
+	if parking {
+		stop := releases.run(e.sub, tr)
+		defer stop()
+	}
 	tr.receiveUntil(t, e.sub, h, e.settled(nil))
 	st := e.srv.Stats(sub)
-	t.Logf("%d messages over %d keys in %v: %d handler errors, %d panics, %d permanent errors, %d retry-after errors, %d forced tail redeliveries, %d slow handlers; server: %+v; subscriber: %+v",
-		total, len(keys), time.Since(start).Round(time.Millisecond), stats.errors.Load(), stats.panics.Load(), stats.permanent.Load(), stats.later.Load(), stats.redelivered.Load(), stats.slow.Load(), st, e.sub.Stats())
+	t.Logf("%d messages over %d keys in %v: %d handler errors, %d panics, %d permanent errors, %d retry-after errors, %d forced tail redeliveries, %d slow handlers, %d releases; server: %+v; subscriber: %+v",
+		total, len(keys), time.Since(start).Round(time.Millisecond), stats.errors.Load(), stats.panics.Load(), stats.permanent.Load(), stats.later.Load(), stats.redelivered.Load(), stats.slow.Load(), releases.done.Load(), st, e.sub.Stats())
+	if parking {
+		assert.Positive(t, e.sub.Stats().Parked)
+		assert.Positive(t, e.sub.Stats().Released)
+		assert.Positive(t, releases.done.Load())
+	}
 	assert.Positive(t, stats.errors.Load())
 	assert.Positive(t, stats.panics.Load())
 	assert.Positive(t, stats.permanent.Load())
 	assert.Positive(t, stats.later.Load())
 	assert.Positive(t, stats.redelivered.Load())
-	assert.Positive(t, st.Nacked)
+	if !parking {
+		assert.Positive(t, st.Nacked, "failures nacked their tails") // parking acks them
+	}
 	assert.Positive(t, st.Duplicated)
 	assert.Positive(t, st.Expired)
 	assert.GreaterOrEqual(t, st.StreamsOpened, 3)
 	require.Greater(t, st.Delivered, int(total))
+}
+
+// soakReleases releases the keys the soak parks, as an operator would
+// once the cause is fixed: after every handler call, it lists the parked
+// keys and releases each, several at once.
+type soakReleases struct {
+	done atomic.Int64 // releases that unparked their key
+}
+
+// run releases parked keys until the tracker is done or stop is called,
+// which waits for it and for the releases it started.
+func (sr *soakReleases) run(s *subscriber.Subscription, tr *tracker) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	exited := make(chan struct{})
+	var (
+		mu      sync.Mutex
+		running = map[string]bool{}
+		wg      sync.WaitGroup
+	)
+	release := func(key string) {
+		defer wg.Done()
+		if s.Release(ctx, key) == nil {
+			sr.done.Add(1)
+		}
+		mu.Lock()
+		delete(running, key)
+		mu.Unlock()
+	}
+	go func() {
+		defer close(exited)
+		defer wg.Wait()
+		for {
+			tr.mu.Lock()
+			changed := tr.changed
+			tr.mu.Unlock()
+			if list, err := s.Parked(ctx); err == nil {
+				mu.Lock()
+				for _, k := range list {
+					if !running[k.Key] {
+						running[k.Key] = true
+						wg.Add(1)
+						go release(k.Key)
+					}
+				}
+				mu.Unlock()
+			}
+			select {
+			case <-changed:
+			case <-tr.done:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return func() { cancel(); <-exited }
 }
 
 // roll is a fixed pseudo-random number for a message, so that a failing

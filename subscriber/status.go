@@ -121,6 +121,10 @@ type Stats struct {
 	// Gaps counts the gaps in producers' sequences reported to
 	// [WithGapHandler].
 	Gaps int64
+	// Parked counts messages moved to the parking topic and acked
+	// ([WithParking]), and Released the parked messages run by
+	// [Subscription.Release].
+	Parked, Released int64
 
 	// Queued is the number of deliveries received and not started, now.
 	Queued int
@@ -128,6 +132,10 @@ type Stats struct {
 	Running int
 	// Held lists the keys waiting on a failed message, now, oldest first.
 	Held []HeldKey
+	// ParkedKeys lists the parked keys ([WithParking]) as the running
+	// Receive's view of the control log has them now, without the round
+	// trip [Subscription.Parked] makes to be sure it is up to date.
+	ParkedKeys []ParkedKey
 
 	// At is when the snapshot was taken, and Receiving whether a Receive
 	// was running then; what it holds is zero when none was.
@@ -160,6 +168,7 @@ type counters struct {
 	received, acked, deduplicated, retried, failed, deadLettered  atomic.Int64
 	nackedHeld, nackedTail, nackedRoom, nackedShutdown, ackFailed atomic.Int64
 	duplicates, gaps                                              atomic.Int64 // sequence.go
+	parked, released                                              atomic.Int64 // park.go
 }
 
 // Stats returns what the subscription's Receive calls have done so far,
@@ -187,10 +196,15 @@ func (s *Subscription) Stats() Stats {
 		AckFailed:      c.ackFailed.Load(),
 		Duplicates:     c.duplicates.Load(),
 		Gaps:           c.gaps.Load(),
+		Parked:         c.parked.Load(),
+		Released:       c.released.Load(),
 	}
 	st.At, st.Workers = time.Now(), s.cfg.workers
 	if r := s.current.Load(); r != nil {
 		r.survey(&st, st.At, true)
+		if r.park != nil {
+			st.ParkedKeys = r.park.f.list()
+		}
 	}
 	return st
 }

@@ -35,6 +35,13 @@ type Subscription struct {
 	// replay is set, before its Receive starts, on the subscription of a
 	// Replay; nil otherwise.
 	replay *replay
+
+	// policies are the service's policies of the subscription, set when
+	// made (policies.go).
+	policies servicePolicies
+	// parking names the parking and control topics, nil without
+	// WithParking (park.go).
+	parking *parkingTopics
 }
 
 // CreateWithTopic returns the subscription subID of topic topicID, creating
@@ -62,10 +69,14 @@ func CreateWithTopic(ctx context.Context, client *pubsub.Client, topicID, subID 
 	}
 	sub, err := client.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: name})
 	if status.Code(err) == codes.NotFound {
-		sub, err = client.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
+		want := &pubsubpb.Subscription{
 			Name: name, Topic: topic, EnableMessageOrdering: true,
 			EnableExactlyOnceDelivery: cfg.exactlyOnce,
-		})
+		}
+		if err := cfg.policies.apply(ctx, client, want); err != nil {
+			return nil, err
+		}
+		sub, err = client.SubscriptionAdminClient.CreateSubscription(ctx, want)
 		if status.Code(err) == codes.AlreadyExists { // created meanwhile by someone else
 			sub, err = client.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: name})
 		}
@@ -76,7 +87,7 @@ func CreateWithTopic(ctx context.Context, client *pubsub.Client, topicID, subID 
 	if sub.Topic != topic {
 		return nil, fmt.Errorf("%w: %s is attached to %s, not %s", ErrTopicMismatch, name, sub.Topic, topic)
 	}
-	return newSubscription(client, sub, cfg), nil
+	return newSubscription(ctx, client, sub, cfg)
 }
 
 // Open returns the existing subscription subID (an ID or a full name),
@@ -98,10 +109,10 @@ func Open(ctx context.Context, client *pubsub.Client, subID string, opts ...Opti
 	if err != nil {
 		return nil, fmt.Errorf("keyorder/subscriber: subscription %s: %w", name, err)
 	}
-	return newSubscription(client, sub, cfg), nil
+	return newSubscription(ctx, client, sub, cfg)
 }
 
-func newSubscription(client *pubsub.Client, sub *pubsubpb.Subscription, cfg config) *Subscription {
+func newSubscription(ctx context.Context, client *pubsub.Client, sub *pubsubpb.Subscription, cfg config) (*Subscription, error) {
 	s := &Subscription{
 		client:      client,
 		name:        sub.Name,
@@ -110,13 +121,21 @@ func newSubscription(client *pubsub.Client, sub *pubsubpb.Subscription, cfg conf
 		exactlyOnce: sub.EnableExactlyOnceDelivery,
 		cfg:         cfg,
 	}
+	s.policies = policiesOf(sub)
+	warnPolicies(client, s.name, cfg.policies, s.policies)
+	if cfg.parking != "" {
+		var err error
+		if s.parking, err = setupParking(ctx, client, sub, cfg.parking); err != nil {
+			return nil, err
+		}
+	}
 	if dl := sub.DeadLetterPolicy; dl != nil && dl.DeadLetterTopic != "" {
 		s.deadLetterAttempts = int(dl.MaxDeliveryAttempts)
 		if s.deadLetterAttempts == 0 {
 			s.deadLetterAttempts = 5 // the service's default
 		}
 	}
-	return s
+	return s, nil
 }
 
 // ensureTopic creates topic unless it exists.

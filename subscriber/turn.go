@@ -143,8 +143,9 @@ func (l *lane) end(j *job, res result) {
 // timer. The shard's mutex must be held.
 func (l *lane) next(fx *effects) {
 	switch {
-	case l.running != nil || l.retry != nil:
-		// A turn runs or a retry is pending: it will call next again.
+	case l.running != nil || l.retry != nil || l.pk.busy():
+		// A turn runs, or a retry, the barrier or a flight is pending: it
+		// will call next again.
 		return
 	case l.r.stopped():
 		l.drain(fx, outShutdown)
@@ -153,6 +154,9 @@ func (l *lane) next(fx *effects) {
 		// Deliveries kept while the key is held wait for the failed
 		// message to come back.
 		l.active = false
+	case l.queue.Len() > 0 && l.r.park != nil && l.r.park.divert(l):
+		// Parking holds the deliveries for the barrier, or moves them to
+		// the parking topic (park.go).
 	case l.queue.Len() > 0:
 		l.active = true
 		fx.turn = true

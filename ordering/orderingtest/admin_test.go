@@ -143,7 +143,8 @@ func TestSubscriptionAdmin(t *testing.T) {
 		{"too few delivery attempts", create(&pubsubpb.Subscription{Name: subName("sub-x3"), Topic: f.topic,
 			DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{DeadLetterTopic: f.topic, MaxDeliveryAttempts: 4}}), codes.InvalidArgument},
 		{"ack deadline too short", create(&pubsubpb.Subscription{Name: subName("sub-x4"), Topic: f.topic, AckDeadlineSeconds: 5}), codes.InvalidArgument},
-		{"filters are not modelled", create(&pubsubpb.Subscription{Name: subName("sub-x5"), Topic: f.topic, Filter: "attributes:x"}), codes.Unimplemented},
+		{"filters beyond equality are not modelled", create(&pubsubpb.Subscription{Name: subName("sub-x5"), Topic: f.topic, Filter: "NOT attributes:x"}), codes.Unimplemented},
+		{"bad filter", create(&pubsubpb.Subscription{Name: subName("sub-x6"), Topic: f.topic, Filter: "attributes.x = y"}), codes.InvalidArgument},
 		{"get deleted", getSubErr(f, subName("another")), codes.NotFound},
 		{"snapshots are not modelled", seekSnapshotErr(f), codes.Unimplemented},
 	} {

@@ -80,6 +80,12 @@
 //     fixed at creation.
 //   - Publish enforces the service's limits with its status codes, and a
 //     rejected request stores nothing.
+//   - A subscription's filter admits only the messages whose attributes
+//     match it; the others are never delivered, nor sought back, as if
+//     acknowledged. The part of the filter language modelled is
+//     attributes.name = "value" and attributes:name, joined by AND or by
+//     OR, within the service's 256 bytes; the rest (NOT, !=, hasPrefix,
+//     parentheses) is Unimplemented.
 //   - A deleted topic's subscriptions remain, report the topic as
 //     "_deleted-topic_" and receive nothing new. A deleted subscription is
 //     gone from ListTopicSubscriptions at once.
@@ -122,7 +128,7 @@
 //
 // # Not modelled
 //
-// Snapshots; filters; push, BigQuery and Cloud Storage subscriptions;
+// Snapshots; filters beyond attribute equality and presence; push, BigQuery and Cloud Storage subscriptions;
 // schemas and message transforms; UpdateTopic; retry policy backoff
 // (redelivery is immediate); the expiry of idle subscriptions (the
 // expiration policy is reported, never applied); the expiry of

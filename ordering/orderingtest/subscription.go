@@ -19,6 +19,7 @@ type subscription struct {
 	prefix  string // of this subscription's ack IDs
 	ordered bool
 	deleted bool
+	filter  *filter // nil for none; messages that fail it never enter (filter.go)
 
 	keys    map[string]*keyState // ordered subscriptions: keys holding messages
 	loose   fifo[*entry]         // messages waiting for delivery without order
@@ -38,6 +39,7 @@ func newSubscription(s *Server, p *pubsubpb.Subscription, t *topic, id int64) *s
 		topic:   t,
 		prefix:  strconv.FormatInt(id, 10) + "-",
 		ordered: p.GetEnableMessageOrdering(),
+		filter:  mustParseFilter(p.GetFilter()),
 		keys:    map[string]*keyState{},
 		streams: map[*stream]struct{}{},
 		leases:  map[string]*lease{},
@@ -54,6 +56,9 @@ func (sub *subscription) deadLetterPolicy() *pubsubpb.DeadLetterPolicy {
 
 // enqueue adds a newly published (or sought-back) message to the backlog.
 func (sub *subscription) enqueue(m *message) {
+	if !sub.filter.matches(m.proto) {
+		return // the service acknowledges it for the subscription
+	}
 	e := &entry{msg: m}
 	key := m.proto.GetOrderingKey()
 	if !sub.ordered || key == "" {

@@ -161,8 +161,8 @@ func normalizeSubscription(p *pubsubpb.Subscription) error {
 			return invalid("max delivery attempts %d outside [%d, %d]", n, minDeliveryAttempts, maxDeliveryAttempts)
 		}
 	}
-	if p.GetFilter() != "" {
-		return status.Error(codes.Unimplemented, "orderingtest: subscription filters are not modelled")
+	if _, err := parseFilter(p.GetFilter()); err != nil {
+		return err
 	}
 	if p.GetPushConfig().GetPushEndpoint() != "" || p.GetBigqueryConfig() != nil || p.GetCloudStorageConfig() != nil {
 		return status.Error(codes.Unimplemented, "orderingtest: only pull subscriptions are modelled")

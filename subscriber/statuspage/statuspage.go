@@ -64,6 +64,7 @@ type Status struct {
 	ActivePartitions int         `json:"active_partitions"`
 	Partitions       []Partition `json:"partitions"`
 	Held             []Held      `json:"held"`
+	Parked           []Parked    `json:"parked"`
 	TopBacklog       []Key       `json:"top_backlog"`
 	TopAge           []Key       `json:"top_age"`
 }
@@ -81,6 +82,8 @@ type Counts struct {
 	NackedTail     int64 `json:"nacked_tail"`
 	NackedRoom     int64 `json:"nacked_room"`
 	NackedShutdown int64 `json:"nacked_shutdown"`
+	Parked         int64 `json:"parked"`
+	Released       int64 `json:"released"`
 }
 
 // A Partition is a [subscriber.PartitionStats], times in seconds.
@@ -120,6 +123,18 @@ type Held struct {
 	Queued    int        `json:"queued"`
 }
 
+// A Parked is a [subscriber.ParkedKey] as the running Receive's view of
+// the control log has it: Since is a time, Age its age in seconds.
+type Parked struct {
+	Key       string    `json:"key"`
+	MessageID string    `json:"message_id"`
+	Since     time.Time `json:"since"`
+	Age       float64   `json:"age"`
+	Messages  int       `json:"messages"`
+	Error     string    `json:"error"`
+	Releasing bool      `json:"releasing"`
+}
+
 func newStatus(sub *subscriber.Subscription) Status {
 	st := sub.Stats()
 	s := Status{
@@ -129,10 +144,11 @@ func newStatus(sub *subscriber.Subscription) Status {
 			Received: st.Received, Acked: st.Acked, Deduplicated: st.Deduplicated, Retried: st.Retried,
 			Failed: st.Failed, DeadLettered: st.DeadLettered, NackedHeld: st.NackedHeld,
 			NackedTail: st.NackedTail, NackedRoom: st.NackedRoom, NackedShutdown: st.NackedShutdown,
+			Parked: st.Parked, Released: st.Released,
 		},
 		ActivePartitions: st.ActivePartitions,
 		// Empty lists rather than null, for the page's script.
-		Partitions: []Partition{}, Held: []Held{}, TopBacklog: keys(st.TopBacklog), TopAge: keys(st.TopAge),
+		Partitions: []Partition{}, Held: []Held{}, Parked: []Parked{}, TopBacklog: keys(st.TopBacklog), TopAge: keys(st.TopAge),
 	}
 	for _, p := range st.Partitions {
 		s.Partitions = append(s.Partitions, Partition{
@@ -152,6 +168,12 @@ func newStatus(sub *subscriber.Subscription) Status {
 			k.RetryAt = &h.RetryAt
 		}
 		s.Held = append(s.Held, k)
+	}
+	for _, p := range st.ParkedKeys {
+		s.Parked = append(s.Parked, Parked{
+			Key: p.Key, MessageID: p.MessageID, Since: p.Since, Age: st.At.Sub(p.Since).Seconds(),
+			Messages: p.Messages, Error: p.LastError, Releasing: p.Releasing,
+		})
 	}
 	return s
 }

@@ -178,3 +178,50 @@ func TestStatusPage(t *testing.T) {
 		assert.Equal(t, "GET, HEAD", res.Header.Get("Allow"))
 	})
 }
+
+// TestStatusPageParkedKeys checks that a key parked by the running Receive
+// shows on the page, in the JSON and in the HTML, with the counts.
+func TestStatusPageParkedKeys(t *testing.T) {
+	t.Parallel()
+	srv, client := harness.Fake(t)
+	ctx := harness.Context(t, 30*time.Second)
+	sub, err := subscriber.CreateWithTopic(ctx, client, "park-topic", "park-sub",
+		subscriber.WithParking("park-parked"), subscriber.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	p, err := publisher.New(client, "park-topic")
+	require.NoError(t, err)
+	_, err = p.Publish(ctx, &publisher.Message{Data: []byte("poison")}, publisher.WithOrderingKey(stuck)).Get(ctx)
+	require.NoError(t, err)
+	require.NoError(t, p.Close(ctx))
+
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- sub.Receive(rctx, func(context.Context, *subscriber.Delivery) error {
+			return subscriber.Permanent(errors.New("cannot <parse>"))
+		})
+	}()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+	// The park is recorded first, then the message is moved and counted.
+	require.NoError(t, srv.WaitFor(ctx, func() bool {
+		st := sub.Stats()
+		return st.Parked == 1 && len(st.ParkedKeys) == 1 && st.ParkedKeys[0].Messages == 1
+	}))
+
+	web := httptest.NewServer(statuspage.Handler(sub))
+	defer web.Close()
+	st, _ := status(t, web.URL)
+	require.Len(t, st.Parked, 1)
+	assert.Equal(t, stuck, st.Parked[0].Key)
+	assert.Equal(t, 1, st.Parked[0].Messages)
+	assert.Contains(t, st.Parked[0].Error, "cannot <parse>")
+	assert.EqualValues(t, 1, st.Counts.Parked)
+
+	html, _ := get(t, web.URL)
+	assert.Contains(t, html, "Parked keys")
+	assert.Contains(t, html, "&lt;b&gt;stuck&lt;/b&gt;")
+	assert.Contains(t, html, "1 parked, 0 released")
+}

@@ -1,0 +1,298 @@
+package subscriber
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// A follower reads the control log (park_log.go) through a subscription of
+// its own on the control topic, which it creates, seeks back to replay the
+// log, follows live, and deletes when done. The subscription's filter
+// admits the log's state events and this follower's own markers only, so
+// neither a replay nor the live stream carries other processes' markers,
+// the bulk of the log.
+//
+// The official client calls deliver one message at a time, in the log's
+// order, since every event has the same ordering key. deliver applies each
+// event once, by message ID, whatever the service sends again.
+type follower struct {
+	client  *pubsub.Client
+	topic   string // the control topic
+	project string // of the subscriptions it makes
+	subID   string // the subscription followed for, whose ID theirs extend
+	me      string // the Receive (or Parked call) it follows for
+
+	mu sync.Mutex
+	// rp is the replayed state; seen the message IDs applied. Both guarded
+	// by mu.
+	rp   *logReplay
+	seen *window[struct{}]
+	// waiters are this process's events waiting for their verdict, by Seq;
+	// captures the snapshots it begun, waiting for the state at their
+	// begin, by nonce. Guarded by mu; each channel has room for its value.
+	waiters  map[uint64]chan verdict
+	captures map[string]chan []*snapshotPart
+	// changed is closed, and replaced, after every event applied: a
+	// release waits on it for the log to move. Guarded by mu.
+	changed chan struct{}
+	// view is what lanes read, without a lock; replaced under mu when the
+	// parked keys or the released messages change.
+	view atomic.Pointer[parkView]
+
+	// sub is the subscription being read, made by follow and deleted by
+	// halt; follows counts those made, to name them. cancel stops the
+	// Receive on sub, which then sets err and closes exited. These are
+	// set and cleared by follow and halt, which the goroutine that starts
+	// and stops the follower calls; others read exited through gone.
+	sub     string
+	follows int
+	cancel  context.CancelFunc
+	exited  chan struct{}
+	err     error
+}
+
+// parkView is the part of the control state lanes read on the hot path:
+// immutable, replaced as a whole when it changes.
+type parkView struct {
+	parked   map[string]string // key → park ID
+	released map[string]string // message of a recently ended park → park
+}
+
+// parkOf returns key's park ID, "" if it is not parked.
+func (v *parkView) parkOf(key string) string { return v.parked[key] }
+
+// appliedDedup is how many control messages a follower remembers as
+// applied, to skip the ones the service sends again: those come back with
+// a redelivered tail, soon after they were first sent.
+const appliedDedup = 10_000
+
+func newFollower(client *pubsub.Client, topic, subName, me string) *follower {
+	project, subID := splitName(subName)
+	f := &follower{client: client, topic: topic, project: project, subID: subID, me: me,
+		waiters: map[uint64]chan verdict{}, captures: map[string]chan []*snapshotPart{}, changed: make(chan struct{})}
+	f.reset()
+	return f
+}
+
+// reset forgets what was applied, for a replay from another point.
+func (f *follower) reset() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rp = newLogReplay()
+	f.seen = newWindow[struct{}](appliedDedup)
+	f.publishView()
+}
+
+// ephemeral describes a subscription made for one reader: ordered, with
+// filter, keeping unacknowledged messages 10 minutes and expiring after a
+// day idle, the service's minimums. What it replays comes from the topic's
+// retention, not its own.
+func ephemeral(name, topic, filter string) *pubsubpb.Subscription {
+	return &pubsubpb.Subscription{
+		Name: name, Topic: topic, EnableMessageOrdering: true, Filter: filter,
+		AckDeadlineSeconds:       60,
+		MessageRetentionDuration: durationpb.New(10 * time.Minute),
+		ExpirationPolicy:         &pubsubpb.ExpirationPolicy{Ttl: durationpb.New(24 * time.Hour)},
+	}
+}
+
+// follow reads the control log from the time from on, live, until halt:
+// it makes a subscription of its own on the control topic, ordered, with a
+// filter that admits the log's state events and this follower's markers,
+// seeks it to from and receives from it. Each follow has a new
+// subscription: one sought back at once after another Receive on it
+// stopped could have its messages sent to the stream still closing.
+func (f *follower) follow(ctx context.Context, from time.Time) error {
+	f.follows++
+	sub := "projects/" + f.project + "/subscriptions/" + derivedID(f.subID, fmt.Sprintf("-parking-%s-%d", f.me, f.follows))
+	admin := f.client.SubscriptionAdminClient
+	filter := `attributes.` + attrState + ` = "1" OR attributes.` + attrTo + ` = "` + f.me + `"`
+	if _, err := admin.CreateSubscription(ctx, ephemeral(sub, f.topic, filter)); err != nil {
+		return err
+	}
+	if _, err := admin.Seek(ctx, &pubsubpb.SeekRequest{
+		Subscription: sub, Target: &pubsubpb.SeekRequest_Time{Time: timestamppb.New(from)},
+	}); err != nil {
+		removeSubscription(f.client, sub)
+		return err
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	exited := make(chan struct{})
+	f.mu.Lock()
+	f.sub, f.cancel, f.exited = sub, cancel, exited
+	f.mu.Unlock()
+	s := f.client.Subscriber(sub)
+	s.ReceiveSettings.NumGoroutines = 1
+	go func() {
+		defer close(exited)
+		f.err = s.Receive(rctx, f.deliver) // read after exited is closed
+	}()
+	return nil
+}
+
+// gone returns a channel closed when the follower stops receiving, for
+// whatever reason; nil when it is not receiving.
+func (f *follower) gone() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.exited
+}
+
+// halt stops receiving, deletes the subscription, and returns the
+// official Receive's error, if it failed.
+func (f *follower) halt() error {
+	f.mu.Lock()
+	sub, cancel, exited := f.sub, f.cancel, f.exited
+	f.sub, f.cancel, f.exited = "", nil, nil
+	f.mu.Unlock()
+	if cancel == nil {
+		return nil
+	}
+	cancel()
+	<-exited
+	removeSubscription(f.client, sub)
+	return f.err
+}
+
+// removeSubscription deletes a subscription keyorder made for one reader.
+// One left behind expires after a day without a reader.
+func removeSubscription(client *pubsub.Client, sub string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := client.SubscriptionAdminClient.DeleteSubscription(ctx, &pubsubpb.DeleteSubscriptionRequest{Subscription: sub})
+	if err != nil && status.Code(err) != codes.NotFound {
+		slog.Warn("keyorder/subscriber: could not delete a subscription made for parking; it expires after a day idle", "subscription", sub, "err", err)
+	}
+}
+
+// deliver applies one message of the control log.
+func (f *follower) deliver(_ context.Context, m *pubsub.Message) {
+	m.Ack() // the state is in memory; a follower that dies takes its subscription with it
+	ev, err := decodeEvent(m.Data)
+	if err != nil {
+		slog.Error("keyorder/subscriber: skipping an unreadable parking control event", "topic", f.topic, "id", m.ID, "err", err)
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, dup := f.seen.get(m.ID); dup {
+		return
+	}
+	f.seen.update(m.ID, func(struct{}) struct{} { return struct{}{} })
+	v := f.rp.apply(ev, m.PublishTime)
+	if ev.By == f.me {
+		if ch := f.waiters[ev.Seq]; ch != nil {
+			delete(f.waiters, ev.Seq)
+			ch <- v
+		}
+		if ch := f.captures[ev.Nonce]; ch != nil && ev.Kind == evSnapshotBegin {
+			delete(f.captures, ev.Nonce)
+			ch <- f.rp.state.snapshot()
+		}
+	}
+	if ev.Kind.changesView() {
+		f.publishView()
+	}
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+// publishView replaces the view. f.mu must be held.
+func (f *follower) publishView() {
+	st := f.rp.state
+	v := &parkView{parked: make(map[string]string, len(st.keys))}
+	for k, rec := range st.keys {
+		v.parked[k] = rec.Park
+	}
+	if len(st.released) > 0 {
+		v.released = maps.Clone(st.released)
+	}
+	f.view.Store(v)
+}
+
+// await registers for the verdict of this process's event seq, before it
+// is published.
+func (f *follower) await(seq uint64) <-chan verdict {
+	ch := make(chan verdict, 1)
+	f.mu.Lock()
+	f.waiters[seq] = ch
+	f.mu.Unlock()
+	return ch
+}
+
+// forget drops the waiter of event seq, whose verdict is no longer wanted.
+func (f *follower) forget(seq uint64) {
+	f.mu.Lock()
+	delete(f.waiters, seq)
+	f.mu.Unlock()
+}
+
+// capture registers for the state as of this process's snapshot begin
+// nonce, before it is published.
+func (f *follower) capture(nonce string) <-chan []*snapshotPart {
+	ch := make(chan []*snapshotPart, 1)
+	f.mu.Lock()
+	f.captures[nonce] = ch
+	f.mu.Unlock()
+	return ch
+}
+
+func (f *follower) dropCapture(nonce string) {
+	f.mu.Lock()
+	delete(f.captures, nonce)
+	f.mu.Unlock()
+}
+
+// changes returns a channel closed when the next event is applied.
+func (f *follower) changes() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.changed
+}
+
+// record returns a copy of key's park, nil if it is not parked.
+func (f *follower) record(key string) *parkRecord {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rp.state.record(key)
+}
+
+// list returns the parked keys.
+func (f *follower) list() []ParkedKey {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rp.state.list()
+}
+
+// replayed reports whether the state is whole, and when the newest whole
+// snapshot was published.
+func (f *follower) replayed() (whole bool, lastSnapshot time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rp.whole, f.rp.lastSnapshot
+}
+
+// settle declares the state whole, for a replay that read all the control
+// topic retains and found no snapshot: the log is younger than its
+// retention, or nothing older can be had.
+func (f *follower) settle() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rp.whole, f.rp.pending = true, nil
+}
+
+// errFollowerStopped is returned to a waiter whose follower stopped.
+var errFollowerStopped = errors.New("keyorder/subscriber: the parking control log is no longer followed")

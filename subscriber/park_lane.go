@@ -1,0 +1,250 @@
+package subscriber
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/keyorder/keyorder/ordering"
+	"github.com/keyorder/keyorder/publisher"
+)
+
+// The lanes' side of parking: the hooks a lane calls (accept, divert,
+// park) and the flights that move a lane's deliveries to the parking
+// topic. See park.go for the whole.
+
+// A lane's part in parking. Every field is guarded by the lane's shard
+// mutex; all are zero when parking is off and the key healthy.
+type laneParking struct {
+	// fence is the barrier marker the lane's deliveries wait for before
+	// they run or are parked; 0 once passed. Set when a delivery arrives
+	// at a lane holding nothing of its key.
+	fence uint64
+	// waiting is set while the lane is registered with the barrier.
+	waiting bool
+	// flight is set while the lane's deliveries are on their way to the
+	// parking topic; the lane is active meanwhile, so no turn runs.
+	flight bool
+	// failed is the message of the key that failed for good here, until a
+	// flight has parked the key.
+	failed *parkCause
+	// tries counts the flights that failed in a row, for their backoff.
+	tries int
+}
+
+// busy reports whether the lane waits for the barrier or a flight, which
+// will move it on.
+func (pk *laneParking) busy() bool { return pk.waiting || pk.flight }
+
+// parkCause is why a key parks: the message that failed for good.
+type parkCause struct {
+	id      string
+	err     string
+	attempt int
+}
+
+// accept is called for j, a new keyed delivery on l, before the lane's
+// other rules: it may settle j itself. The shard's mutex must be held.
+func (p *parking) accept(l *lane, j *job) (outcome, bool) {
+	if _, ok := p.f.view.Load().released[j.d.ID]; ok {
+		// Released from parking lately, and sent again by the service
+		// (a lost ack): it ran, so it is acked unrun (S6).
+		return outDeduplicated, true
+	}
+	if pk := &l.pk; !pk.flight && l.running == nil && l.retry == nil && l.queue.Len() == 0 {
+		// Nothing of the key here: another process may have had it, and
+		// parked it, before the service sent j. A fence taken for an
+		// earlier delivery that did not stay (one nacked for room) is
+		// too early for j.
+		pk.fence = p.b.want()
+	}
+	return 0, false
+}
+
+// divert is called by next for a lane with queued deliveries and nothing
+// running: it holds them for the barrier, or sends them on a flight to
+// the parking topic, and reports whether it did. The shard's mutex must be
+// held.
+func (p *parking) divert(l *lane) bool {
+	pk := &l.pk
+	if l.key == "" {
+		return false
+	}
+	park := p.f.view.Load().parkOf(l.key)
+	if park == "" && pk.failed == nil {
+		if pk.fence != 0 {
+			if p.b.wait(l) {
+				pk.waiting, l.active = true, true
+				return true
+			}
+			pk.fence = 0
+		}
+		return false
+	}
+	// A flight needs no barrier: the log's verdict on it comes after every
+	// event published before it, so if it is refused, the view is up to
+	// date when its deliveries go back to run.
+	pk.fence = 0
+	fl := &flight{p: p, l: l, park: park, cause: pk.failed}
+	for j, ok := l.queue.Pop(); ok; j, ok = l.queue.Pop() {
+		fl.jobs = append(fl.jobs, j)
+	}
+	pk.flight, l.active = true, true
+	p.flights.Add(1)
+	go fl.fly()
+	return true
+}
+
+// park is the failure policy with parking: j, which failed for good with
+// err, goes back to the head of its lane, and the lane's next flight parks
+// the key. The shard's mutex must be held.
+func (p *parking) park(l *lane, j *job, err error) {
+	l.pk.failed = &parkCause{id: j.d.ID, err: err.Error(), attempt: j.d.Attempt}
+	if t := l.trouble; t != nil {
+		l.r.clock.stop(t.lapse)
+		l.trouble = nil
+	}
+	l.r.tries.succeed(j.d.ID) // a release gives it its attempts afresh
+	l.queue.PushFront(j)
+}
+
+// A flight moves a lane's deliveries to the parking topic: the copies are
+// published, in order, then recorded in the control log, and only then
+// acked on the subscription. Until it lands the lane runs nothing, so the
+// key's later deliveries wait behind it. If the key is not parked yet, the
+// flight parks it first.
+type flight struct {
+	p     *parking
+	l     *lane
+	jobs  []*job
+	park  string     // the park in force when it left; "" to park the key
+	cause *parkCause // why the key parks, if it does
+}
+
+// fly runs the flight on its own goroutine.
+func (fl *flight) fly() {
+	p := fl.p
+	defer p.flights.Done()
+	ctx := p.ops
+	park := fl.park
+	if fl.cause != nil && park == "" {
+		v, err := p.record(ctx, &event{Kind: evPark, Key: fl.l.key, Park: newID(), Msg: fl.cause.id, Err: fl.cause.err})
+		if err != nil {
+			fl.land(false, err)
+			return
+		}
+		if park = v.park; park == "" {
+			fl.land(false, nil) // ended as soon as begun: try again
+			return
+		}
+	}
+	results := make([]*publisher.Result, len(fl.jobs))
+	for i, j := range fl.jobs {
+		results[i] = p.out.Publish(ctx, fl.copyOf(j, park), publisher.WithOrderingKey(fl.l.key))
+	}
+	ids := make([]string, len(fl.jobs))
+	for i, res := range results {
+		if _, err := res.Get(ctx); err != nil {
+			fl.land(false, err)
+			return
+		}
+		ids[i] = fl.jobs[i].d.ID
+	}
+	// The copies are stored before the log says they are parked: a
+	// release never waits for a copy that does not exist.
+	v, err := p.record(ctx, &event{Kind: evForward, Key: fl.l.key, Park: park, IDs: ids})
+	fl.land(err == nil && v.applied, err)
+}
+
+// copyOf is the parking topic's copy of j's message.
+func (fl *flight) copyOf(j *job, park string) *publisher.Message {
+	m := j.msg
+	headers := make(map[string]string, len(m.Attributes)+6)
+	for k, v := range m.Attributes {
+		if k != ordering.Header { // the key travels as the ordering key (P2)
+			headers[k] = v
+		}
+	}
+	headers[AttrParkID] = park
+	headers[AttrMessageID] = j.d.ID
+	// The rest as room allows: the service takes 100 attributes.
+	extra := [][2]string{
+		{AttrSubscription, fl.p.r.s.name},
+		{AttrPublishTime, m.PublishTime.UTC().Format(time.RFC3339Nano)},
+		{AttrAttempts, "0"},
+	}
+	if c := fl.cause; c != nil && c.id == j.d.ID {
+		extra[2][1] = strconv.Itoa(c.attempt)
+		extra = append(extra, [2]string{AttrError, truncateUTF8(c.err, publisher.MaxAttributeValueBytes)})
+	}
+	for _, kv := range extra {
+		if len(headers) < publisher.MaxAttributes {
+			headers[kv[0]] = kv[1]
+		}
+	}
+	return &publisher.Message{Data: m.Data, Headers: headers}
+}
+
+// truncateUTF8 cuts s to at most n bytes on a character boundary.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// land ends the flight. Parked, its deliveries are acked. Otherwise they go
+// back to the head of the lane, in order: refused by the log (the key was
+// released meanwhile), they run or fly again as the view now says; after
+// an error, the lane waits a backoff and flies again, holding the key
+// here, so that nothing is lost or overtaken. At shutdown they are nacked.
+func (fl *flight) land(parked bool, err error) {
+	l, r := fl.l, fl.p.r
+	now := time.Now()
+	var fx effects
+	l.sh.mu.Lock()
+	pk := &l.pk
+	pk.flight = false
+	switch {
+	case parked:
+		pk.failed, pk.tries = nil, 0
+		for _, j := range fl.jobs {
+			fx.add(j, outParked)
+		}
+		r.s.counts.parked.Add(int64(len(fl.jobs)))
+	case r.stopped():
+		for _, j := range fl.jobs {
+			fx.add(j, outShutdown)
+		}
+	default:
+		for i := len(fl.jobs) - 1; i >= 0; i-- {
+			l.queue.PushFront(fl.jobs[i])
+		}
+		if err != nil {
+			pk.tries++
+			l.wait(r.backoff(pk.tries), now)
+		}
+	}
+	l.next(&fx)
+	l.sh.mu.Unlock()
+	r.apply(l, &fx)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		slog.Warn("keyorder/subscriber: could not park messages; will try again", "subscription", r.s.name, "key", l.key, "err", err)
+	}
+}
+
+// unfence moves the lane on once the barrier it waited for has passed.
+func (l *lane) unfence() {
+	var fx effects
+	l.sh.mu.Lock()
+	l.pk.waiting = false
+	l.next(&fx)
+	l.sh.mu.Unlock()
+	l.r.apply(l, &fx)
+}

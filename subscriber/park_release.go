@@ -1,0 +1,430 @@
+package subscriber
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"sync"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/keyorder/keyorder/ordering"
+)
+
+// A ParkedKey is a key parked by [WithParking]: its messages go to the
+// parking topic, and none runs until [Subscription.Release].
+type ParkedKey struct {
+	Key string
+	// Since is when the key was parked, by the service's clock.
+	Since time.Time
+	// Messages counts the key's messages parked and not released yet.
+	Messages int
+	// MessageID is the message whose failure parked the key, or that
+	// failed again in a release.
+	MessageID string
+	// LastError is that message's last error.
+	LastError string
+	// Releasing is set while a release of the key runs, on any process.
+	Releasing bool
+}
+
+// Parked lists the keys parked now, oldest first, as every process
+// receiving the subscription sees them: from the running Receive, once it
+// has caught up with the control log, or else from a replay of the log.
+// It returns an error matching [ErrNoParking] without [WithParking], and
+// ctx.Err() if ctx ends first.
+func (s *Subscription) Parked(ctx context.Context) ([]ParkedKey, error) {
+	if s.parking == nil {
+		return nil, ErrNoParking
+	}
+	if r := s.current.Load(); r != nil && r.park != nil {
+		err := r.park.sync(ctx)
+		if err == nil {
+			return r.park.f.list(), nil
+		}
+		if !errors.Is(err, ErrNotReceiving) {
+			return nil, err
+		}
+	}
+	p, err := newParking(s, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer p.closePublishers(10 * time.Second)
+	if err := p.catchUp(ctx); err != nil {
+		return nil, err
+	}
+	list := p.f.list()
+	_ = p.f.halt()
+	return list, nil
+}
+
+// Release runs key's parked messages through the running Receive's
+// handler, in the order they were parked, each exactly once, then unparks
+// the key: its later messages run as they come, and those that went to the
+// parking topic meanwhile run first. It returns nil once the key is
+// unparked.
+//
+// The handler calls run on the calling goroutine, one at a time, with the
+// retries, backoff and attempts of any message; they count against no
+// worker of [WithWorkers]. Each message's success is recorded in the
+// control log before the next one runs, so a release stopped in the middle
+// (its ctx ends, Receive stops, the process dies) loses and reorders
+// nothing: the key stays parked with what is left, which a later Release,
+// on any process, runs. A message whose handler succeeded but whose record
+// was lost with the process runs again then, as an unacked message would.
+//
+// If a parked message fails for good again, the release stops there, the
+// key stays parked, and Release returns an error matching
+// [ErrParkedAgain] and wrapping the handler's.
+//
+// Release returns an error matching [ErrNotReceiving] when no Receive
+// runs on s, or it stops; [ErrNotParked] when the key is not parked;
+// [ErrReleasing] when another release of it runs (one whose process died
+// is taken over after 30 s without a sign of life); [ErrNoParking] without
+// [WithParking]; and ctx.Err() when ctx ends first.
+func (s *Subscription) Release(ctx context.Context, key string) error {
+	if s.parking == nil {
+		return ErrNoParking
+	}
+	r := s.current.Load()
+	if r == nil || r.park == nil {
+		return ErrNotReceiving
+	}
+	return r.park.release(ctx, key)
+}
+
+// releases counts the releases running in a Receive, so that it stops
+// only after they have. Guarded by mu.
+type releases struct {
+	mu     sync.Mutex
+	closed bool            // the Receive is stopping: no new release
+	keys   map[string]bool // the keys being released here
+	wg     sync.WaitGroup
+}
+
+func (rs *releases) enter(key string) error {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	switch {
+	case rs.closed:
+		return ErrNotReceiving
+	case rs.keys[key]:
+		return fmt.Errorf("%w: %q, by this Receive", ErrReleasing, key)
+	}
+	if rs.keys == nil {
+		rs.keys = map[string]bool{}
+	}
+	rs.keys[key] = true
+	rs.wg.Add(1)
+	return nil
+}
+
+func (rs *releases) exit(key string) {
+	rs.mu.Lock()
+	delete(rs.keys, key)
+	rs.mu.Unlock()
+	rs.wg.Done()
+}
+
+// close refuses new releases and waits for those running.
+func (rs *releases) close() {
+	rs.mu.Lock()
+	rs.closed = true
+	rs.mu.Unlock()
+	rs.wg.Wait()
+}
+
+// release is Release in a running Receive.
+func (p *parking) release(ctx context.Context, key string) error {
+	if err := p.rel.enter(key); err != nil {
+		return err
+	}
+	defer p.rel.exit(key)
+	if err := p.sync(ctx); err != nil {
+		return err
+	}
+	rec := p.f.record(key)
+	if rec == nil {
+		return fmt.Errorf("%w: %q", ErrNotParked, key)
+	}
+	v, err := p.record(ctx, &event{Kind: evClaim, Key: key, Park: rec.Park})
+	switch {
+	case err != nil:
+		return err
+	case v.park != rec.Park:
+		return fmt.Errorf("%w: %q", ErrNotParked, key)
+	case !v.applied:
+		return fmt.Errorf("%w: %q, by another process", ErrReleasing, key)
+	}
+	run := &releaseRun{p: p, key: key, park: rec.Park, since: rec.Since, done: map[string]bool{}, content: map[string]*pubsub.Message{}}
+	return run.run(ctx)
+}
+
+// A releaseRun is one release of one park. It reads the parking topic
+// through a subscription of its own, filtered on the park, sought back to
+// the park's start, and keeps the copies it reads until their turn: the
+// order it runs them in is the log's, the order they were parked in.
+type releaseRun struct {
+	p     *parking
+	key   string
+	park  string
+	since time.Time
+	sub   string
+	// done holds the messages this run has released; content the copies
+	// read and not run yet, by their message ID on the subscription.
+	done    map[string]bool
+	content map[string]*pubsub.Message
+}
+
+// releaseReadAhead bounds the copies a release reads ahead of the one it
+// runs.
+const releaseReadAhead = 64
+
+func (rr *releaseRun) run(ctx context.Context) (err error) {
+	p := rr.p
+	defer func() {
+		if err != nil && !errors.Is(err, ErrParkedAgain) && !errors.Is(err, ErrReleasing) {
+			rr.stop(nil, "", "") // the key stays parked; a later Release goes on from here
+		}
+	}()
+	copies, readErr, stopReading, err := rr.read(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopReading()
+	beat, stopBeat := rr.heartbeat()
+	defer stopBeat()
+	for {
+		changed := p.f.changes()
+		rec := p.f.record(rr.key)
+		switch {
+		case rec == nil || rec.Park != rr.park:
+			return fmt.Errorf("%w: %q was unparked by another process", ErrReleasing, rr.key)
+		case rec.Owner != p.me:
+			return fmt.Errorf("%w: %q, taken over by another process", ErrReleasing, rr.key)
+		}
+		next := ""
+		for _, id := range rec.IDs {
+			if !rec.released[id] && !rr.done[id] {
+				next = id
+				break
+			}
+		}
+		if next == "" {
+			v, err := p.record(ctx, &event{Kind: evUnpark, Key: rr.key, Park: rr.park, N: len(rec.IDs)})
+			switch {
+			case err != nil:
+				return err
+			case v.applied || v.done:
+				return nil
+			}
+			continue // more were parked meanwhile
+		}
+		if m := rr.content[next]; m != nil {
+			if err := rr.runOne(ctx, next, m); err != nil {
+				return err
+			}
+			continue
+		}
+		select {
+		case m := <-copies:
+			id := m.Attributes[AttrMessageID]
+			if !rec.released[id] && !rr.done[id] && rr.content[id] == nil {
+				rr.content[id] = m
+			}
+		case <-changed:
+		case err := <-beat:
+			return err
+		case err := <-readErr:
+			return fmt.Errorf("keyorder/subscriber: reading the parking topic: %w", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-p.r.stopping:
+			return ErrNotReceiving
+		}
+	}
+}
+
+// read creates the run's subscription on the parking topic and receives
+// from it into copies until stop is called, which also deletes it. readErr
+// gets the official Receive's error if it fails.
+func (rr *releaseRun) read(ctx context.Context) (copies <-chan *pubsub.Message, readErr <-chan error, stop func(), err error) {
+	p := rr.p
+	client := p.r.s.client
+	project, subID := splitName(p.r.s.name)
+	rr.sub = "projects/" + project + "/subscriptions/" + derivedID(subID, "-release-"+newID())
+	admin := client.SubscriptionAdminClient
+	if _, err := admin.CreateSubscription(ctx, ephemeral(rr.sub, p.topics.park, `attributes.`+AttrParkID+` = "`+rr.park+`"`)); err != nil {
+		return nil, nil, nil, fmt.Errorf("keyorder/subscriber: creating a release subscription: %w", err)
+	}
+	remove := func() { removeSubscription(client, rr.sub) }
+	if _, err := admin.Seek(ctx, &pubsubpb.SeekRequest{
+		Subscription: rr.sub, Target: &pubsubpb.SeekRequest_Time{Time: timestamppb.New(rr.since.Add(-seekMargin))},
+	}); err != nil {
+		remove()
+		return nil, nil, nil, fmt.Errorf("keyorder/subscriber: seeking a release subscription: %w", err)
+	}
+	out := make(chan *pubsub.Message, releaseReadAhead)
+	errs := make(chan error, 1)
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s := client.Subscriber(rr.sub)
+	s.ReceiveSettings.NumGoroutines = 1
+	s.ReceiveSettings.MaxOutstandingMessages = releaseReadAhead
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err := s.Receive(rctx, func(ctx context.Context, m *pubsub.Message) {
+			select {
+			case out <- m:
+				m.Ack() // kept in memory until it runs; a run that stops reads again
+			case <-ctx.Done():
+				m.Nack()
+			}
+		})
+		if err != nil {
+			errs <- err
+		}
+	}()
+	return out, errs, func() {
+		cancel()
+		<-done
+		remove()
+	}, nil
+}
+
+// heartbeat renews the run's claim while it runs, so that no other process
+// takes the release over, even while a handler call is long. The channel
+// gets an error if the claim is lost; stop ends the heartbeat and waits for
+// it.
+func (rr *releaseRun) heartbeat() (lost <-chan error, stop func()) {
+	p := rr.p
+	errs := make(chan error, 1)
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(releaseLease / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+				v, err := p.record(p.ops, &event{Kind: evClaim, Key: rr.key, Park: rr.park})
+				if err == nil && !v.applied && !v.done {
+					errs <- fmt.Errorf("%w: %q, taken over by another process", ErrReleasing, rr.key)
+					return
+				}
+			}
+		}
+	}()
+	return errs, func() { close(quit); <-done }
+}
+
+// runOne runs the parked message id, whose copy is m, with the retries of
+// any message, and records its success before the next runs. It returns
+// an error matching ErrParkedAgain if it fails for good; the key then
+// stays parked.
+func (rr *releaseRun) runOne(ctx context.Context, id string, m *pubsub.Message) error {
+	p, r := rr.p, rr.p.r
+	j := &job{ctx: ctx, d: releasedDelivery(rr.key, id, m)}
+	failures := 0
+	for attempt := 1; ; attempt++ {
+		j.d.Attempt = attempt
+		err := r.call(j)
+		if err == nil {
+			break
+		}
+		r.reportError(j, err)
+		if r.stopped() {
+			return ErrNotReceiving // no retries once shutting down (S7); the key stays parked
+		}
+		var later *RetryAfterError
+		delay := time.Duration(0)
+		switch {
+		case errors.As(err, &later):
+			delay = later.Delay
+		case errors.As(err, new(*PermanentError)):
+			failures = r.cfg.maxAttempts
+		default:
+			failures++
+		}
+		if failures >= r.cfg.maxAttempts {
+			rr.stop(err, id, err.Error())
+			return fmt.Errorf("%w: %q at message %s: %w", ErrParkedAgain, rr.key, id, err)
+		}
+		if delay == 0 {
+			delay = r.backoff(failures)
+		}
+		if err := rr.wait(ctx, delay); err != nil {
+			return err
+		}
+	}
+	r.seen.add(id)
+	rr.done[id] = true
+	delete(rr.content, id)
+	r.s.counts.released.Add(1)
+	// Recorded even if ctx has ended meanwhile: what ran must not run
+	// again.
+	for tries := 1; ; tries++ {
+		_, err := p.publish(p.ops, &event{Kind: evProgress, Key: rr.key, Park: rr.park, IDs: []string{id}}).Get(p.ops)
+		if err == nil {
+			return nil
+		}
+		t := time.NewTimer(r.backoff(tries))
+		select {
+		case <-t.C:
+		case <-p.ops.Done():
+			t.Stop()
+			return err
+		}
+	}
+}
+
+// wait waits d, or returns why the run must stop first.
+func (rr *releaseRun) wait(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-rr.p.r.stopping:
+		return ErrNotReceiving
+	}
+}
+
+// stop ends the run's claim, the key staying parked; with err, the
+// message id failed for good again.
+func (rr *releaseRun) stop(err error, id, msg string) {
+	ctx, cancel := context.WithTimeout(rr.p.ops, 10*time.Second)
+	defer cancel()
+	ev := &event{Kind: evStop, Key: rr.key, Park: rr.park}
+	if err != nil {
+		ev.Msg, ev.Err = id, truncateUTF8(msg, 4096)
+	}
+	_, _ = rr.p.publish(ctx, ev).Get(ctx)
+}
+
+// releasedDelivery is the Delivery of a parked copy: the message as it was
+// first delivered, without the parking attributes.
+func releasedDelivery(key, id string, m *pubsub.Message) Delivery {
+	headers := maps.Clone(m.Attributes)
+	for k := range headers {
+		if strings.HasPrefix(k, "keyorder-") {
+			delete(headers, k)
+		}
+	}
+	if headers == nil {
+		headers = map[string]string{}
+	}
+	headers[ordering.Header] = key
+	published, _ := time.Parse(time.RFC3339Nano, m.Attributes[AttrPublishTime])
+	return Delivery{ID: id, Key: key, Data: m.Data, Headers: headers, PublishTime: published}
+}
