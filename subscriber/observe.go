@@ -224,6 +224,12 @@ func (o *recorder) keyEvent(ev KeyEvent) {
 	case KeyReleased:
 		o.log.LogAttrs(context.Background(), slog.LevelInfo, "keyorder/subscriber: key released",
 			append(attrs, slog.String("reason", ev.Reason), slog.Duration("since_failure", ev.At.Sub(ev.Since)))...)
+	case KeyParked:
+		o.log.LogAttrs(context.Background(), slog.LevelWarn, "keyorder/subscriber: key parked",
+			append(attrs, slog.Any("error", ev.Err))...)
+	case KeyUnparked:
+		o.log.LogAttrs(context.Background(), slog.LevelInfo, "keyorder/subscriber: key unparked",
+			append(attrs, slog.Duration("parked_for", ev.At.Sub(ev.Since)))...)
 	}
 }
 

@@ -131,7 +131,8 @@ func (fl *flight) fly() {
 	ctx := p.ops
 	park := fl.park
 	if fl.cause != nil && park == "" {
-		v, err := p.record(ctx, &event{Kind: evPark, Key: fl.l.key, Park: newID(), Msg: fl.cause.id, Err: fl.cause.err})
+		id := newID()
+		v, err := p.record(ctx, &event{Kind: evPark, Key: fl.l.key, Park: id, Msg: fl.cause.id, Err: fl.cause.err})
 		if err != nil {
 			fl.land(false, err)
 			return
@@ -139,6 +140,11 @@ func (fl *flight) fly() {
 		if park = v.park; park == "" {
 			fl.land(false, nil) // ended as soon as begun: try again
 			return
+		}
+		if park == id {
+			// This process parked the key: tell the user once the flight
+			// has landed, so that a callback cannot hold it up.
+			defer p.told(KeyParked, fl.l.key, fl.cause, time.Now(), "")
 		}
 	}
 	results := make([]*publisher.Result, len(fl.jobs))
@@ -247,4 +253,17 @@ func (l *lane) unfence() {
 	l.next(&fx)
 	l.sh.mu.Unlock()
 	l.r.apply(l, &fx)
+}
+
+// told tells the WithKeyEvents callback, and the log, that key was parked
+// or unparked, cause being the message that parked it.
+func (p *parking) told(kind KeyEventKind, key string, cause *parkCause, since time.Time, reason string) {
+	if p.r == nil {
+		return
+	}
+	k := HeldKey{Key: key, MessageID: cause.id, Since: since, Attempt: cause.attempt}
+	if cause.err != "" {
+		k.Err = errors.New(cause.err)
+	}
+	p.r.emit(KeyEvent{Kind: kind, HeldKey: k, Reason: reason, At: time.Now()})
 }

@@ -221,7 +221,10 @@ func (rr *releaseRun) run(ctx context.Context) (err error) {
 			switch {
 			case err != nil:
 				return err
-			case v.applied || v.done:
+			case v.applied:
+				p.told(KeyUnparked, rr.key, &parkCause{id: rec.Msg, err: rec.Err}, rr.since, ReasonReleased)
+				return nil
+			case v.done:
 				return nil
 			}
 			continue // more were parked meanwhile

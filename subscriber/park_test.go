@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -214,7 +215,16 @@ func TestReleaseAfterTheFix(t *testing.T) {
 	t.Parallel()
 	keys := keyNames(3)
 	const perKey = 10
-	e := newParkEnv(t, nil, subscriber.WithWorkers(2), subscriber.WithMaxAttempts(2))
+	var (
+		mu     sync.Mutex
+		events []subscriber.KeyEvent
+	)
+	e := newParkEnv(t, nil, subscriber.WithWorkers(2), subscriber.WithMaxAttempts(2),
+		subscriber.WithKeyEvents(func(ev subscriber.KeyEvent) {
+			mu.Lock()
+			defer mu.Unlock()
+			events = append(events, ev)
+		}))
 	e.publish(t, keys, perKey)
 	tr := newTracker([]string{"key-0", "key-2"}, perKey)
 	tr.expect("key-1", 20)
@@ -239,6 +249,15 @@ func TestReleaseAfterTheFix(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, list)
 	require.ErrorIs(t, e.sub.Release(testContext(t), "key-1"), subscriber.ErrNotParked)
+	mu.Lock()
+	require.Len(t, events, 2, "%+v", events)
+	assert.Equal(t, subscriber.KeyParked, events[0].Kind)
+	assert.Equal(t, "key-1", events[0].Key)
+	assert.ErrorContains(t, events[0].Err, errInjected.Error())
+	assert.Equal(t, subscriber.KeyUnparked, events[1].Kind)
+	assert.Equal(t, subscriber.ReasonReleased, events[1].Reason)
+	assert.Equal(t, events[0].MessageID, events[1].MessageID, "the message that parked the key")
+	mu.Unlock()
 
 	e.publishSeqs(t, "key-1", 16, 20)
 	select {

@@ -45,6 +45,14 @@ const (
 	// the service gave up on it (dead-lettering), or the hold lapsed after
 	// [WithRedeliveryWait]. [KeyEvent.Reason] says which.
 	KeyReleased
+	// KeyParked: a message of the key failed for good and the key was
+	// parked ([WithParking]): it and the key's later messages go to the
+	// parking topic until [Subscription.Release]. Told by the process
+	// that parked it.
+	KeyParked
+	// KeyUnparked: [Subscription.Release] ran the key's parked messages
+	// and unparked it. Told by the process that released it.
+	KeyUnparked
 )
 
 func (k KeyEventKind) String() string {
@@ -53,6 +61,10 @@ func (k KeyEventKind) String() string {
 		return "held"
 	case KeyReleased:
 		return "released"
+	case KeyParked:
+		return "parked"
+	case KeyUnparked:
+		return "unparked"
 	}
 	return "unknown"
 }
@@ -62,6 +74,7 @@ const (
 	ReasonSucceeded    = "succeeded"
 	ReasonDeadLettered = "dead-lettered"
 	ReasonLapsed       = "hold lapsed"
+	ReasonReleased     = "released" // KeyUnparked: by Subscription.Release
 )
 
 // A KeyEvent is what a [WithKeyEvents] callback is told.
@@ -70,7 +83,8 @@ type KeyEvent struct {
 	// Key is the key, and HeldKey what was known of its failure when the
 	// event happened.
 	HeldKey
-	// Reason says why a KeyReleased hold ended; empty for KeyHeld.
+	// Reason says why a KeyReleased hold ended, and is ReasonReleased for
+	// KeyUnparked; empty for KeyHeld and KeyParked.
 	Reason string
 	// At is when it happened.
 	At time.Time
