@@ -30,33 +30,16 @@ func BenchmarkReceive(b *testing.B) {
 	const keys, perKey = 200, 50
 	_, client := harness.Fake(b)
 	ctx := context.Background()
-	var seq atomic.Int64
 
 	// backlog creates an ordered subscription holding keys*perKey messages.
 	backlog := func(b *testing.B) string {
-		b.Helper()
-		n := seq.Add(1)
-		topic := fmt.Sprintf("projects/%s/topics/bench-%d", client.Project(), n)
-		sub := fmt.Sprintf("projects/%s/subscriptions/bench-%d", client.Project(), n)
-		if _, err := client.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: topic}); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := client.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{Name: sub, Topic: topic, EnableMessageOrdering: true}); err != nil {
-			b.Fatal(err)
-		}
-		p, err := publisher.New(client, topic)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for i := 0; i < perKey; i++ {
-			for k := 0; k < keys; k++ {
-				p.Publish(ctx, &publisher.Message{Data: []byte("payload")}, publisher.WithOrderingKey(fmt.Sprintf("customer-%d", k)))
+		return newBacklog(b, client, func(p *publisher.Publisher) {
+			for i := 0; i < perKey; i++ {
+				for k := 0; k < keys; k++ {
+					p.Publish(ctx, &publisher.Message{Data: []byte("payload")}, publisher.WithOrderingKey(fmt.Sprintf("customer-%d", k)))
+				}
 			}
-		}
-		if err := p.Close(ctx); err != nil {
-			b.Fatal(err)
-		}
-		return sub
+		})
 	}
 
 	// measure runs receive over a fresh backlog for each b.N round of
@@ -144,4 +127,33 @@ func BenchmarkReceive(b *testing.B) {
 			})
 		}
 	}
+}
+
+// backlogs numbers the topics and subscriptions newBacklog makes.
+var backlogs atomic.Int64
+
+// newBacklog creates an ordered subscription on a new topic, has publish
+// publish its backlog, waits for every result, and returns the
+// subscription's name.
+func newBacklog(b *testing.B, client *pubsub.Client, publish func(p *publisher.Publisher)) string {
+	b.Helper()
+	ctx := context.Background()
+	n := backlogs.Add(1)
+	topic := fmt.Sprintf("projects/%s/topics/bench-%d", client.Project(), n)
+	sub := fmt.Sprintf("projects/%s/subscriptions/bench-%d", client.Project(), n)
+	if _, err := client.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: topic}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := client.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{Name: sub, Topic: topic, EnableMessageOrdering: true}); err != nil {
+		b.Fatal(err)
+	}
+	p, err := publisher.New(client, topic)
+	if err != nil {
+		b.Fatal(err)
+	}
+	publish(p)
+	if err := p.Close(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return sub
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
-	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
 	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/publisher"
@@ -42,36 +41,19 @@ func BenchmarkIsolation(b *testing.B) {
 	)
 	_, client := harness.Fake(b)
 	ctx := context.Background()
-	var seq atomic.Int64
 
 	// backlog publishes the good messages, and the bad key's among them if
 	// bad, to a new ordered subscription, and returns it.
 	backlog := func(b *testing.B, keys []string, bad bool) string {
-		b.Helper()
-		n := seq.Add(1)
-		topic := fmt.Sprintf("projects/%s/topics/isolation-%d", client.Project(), n)
-		sub := fmt.Sprintf("projects/%s/subscriptions/isolation-%d", client.Project(), n)
-		if _, err := client.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: topic}); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := client.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{Name: sub, Topic: topic, EnableMessageOrdering: true}); err != nil {
-			b.Fatal(err)
-		}
-		p, err := publisher.New(client, topic)
-		if err != nil {
-			b.Fatal(err)
-		}
-		every := len(keys) / badMsgs
-		for i, k := range keys {
-			p.Publish(ctx, &publisher.Message{Data: []byte("good")}, publisher.WithOrderingKey(k))
-			if bad && i%every == every-1 {
-				p.Publish(ctx, &publisher.Message{Data: []byte("bad")}, publisher.WithOrderingKey("bad-key"))
+		return newBacklog(b, client, func(p *publisher.Publisher) {
+			every := len(keys) / badMsgs
+			for i, k := range keys {
+				p.Publish(ctx, &publisher.Message{Data: []byte("good")}, publisher.WithOrderingKey(k))
+				if bad && i%every == every-1 {
+					p.Publish(ctx, &publisher.Message{Data: []byte("bad")}, publisher.WithOrderingKey("bad-key"))
+				}
 			}
-		}
-		if err := p.Close(ctx); err != nil {
-			b.Fatal(err)
-		}
-		return sub
+		})
 	}
 
 	// spin holds the CPU for d, as a handler's own work does.
@@ -111,6 +93,23 @@ func BenchmarkIsolation(b *testing.B) {
 	// A receiver processes sub until every good message is processed,
 	// calling good for each, and returns once ctx ends.
 	type receiver func(ctx context.Context, sub string, bad badKind, good func()) error
+	keyorder := func(opts []subscriber.Option) receiver {
+		opts = append([]subscriber.Option{subscriber.WithWorkers(16), subscriber.WithDrainTimeout(10 * time.Millisecond)}, opts...)
+		return func(ctx context.Context, sub string, bad badKind, good func()) error {
+			s, err := subscriber.Open(ctx, client, sub, opts...)
+			if err != nil {
+				return err
+			}
+			return s.Receive(ctx, func(ctx context.Context, d *subscriber.Delivery) error {
+				if d.Key == "bad-key" {
+					return bad.keyorder(ctx)
+				}
+				spin(work)
+				good()
+				return nil
+			})
+		}
+	}
 	receivers := []struct {
 		name string
 		recv receiver
@@ -127,20 +126,11 @@ func BenchmarkIsolation(b *testing.B) {
 				good()
 			})
 		}},
-		{"keyorder", func(ctx context.Context, sub string, bad badKind, good func()) error {
-			s, err := subscriber.Open(ctx, client, sub, subscriber.WithWorkers(16), subscriber.WithDrainTimeout(10*time.Millisecond))
-			if err != nil {
-				return err
-			}
-			return s.Receive(ctx, func(ctx context.Context, d *subscriber.Delivery) error {
-				if d.Key == "bad-key" {
-					return bad.keyorder(ctx)
-				}
-				spin(work)
-				good()
-				return nil
-			})
-		}},
+		{"keyorder", keyorder(nil)},
+		// The poison key parks instead of being held (WithParking); a
+		// slow key is not parked, but every key newly seen waits for the
+		// barrier of parking's control log.
+		{"keyorder+parking", keyorder([]subscriber.Option{subscriber.WithParking("isolation-parked")})},
 	}
 
 	// goodTime receives sub until its goodCount good messages are
