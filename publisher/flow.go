@@ -14,11 +14,22 @@ import (
 // every earlier message of the key that is still queued. Here a refused
 // message fails alone, before its key is touched, and a cancelled ctx
 // leaves no trace.
+//
+// Room is released as each message is done, not in publish order (P8): a
+// key's gate releases its messages' room as their batches finish, which is
+// in order within the key (P3), and unordered messages are swept as they
+// finish in any order (see unordered).
 type flowControl struct {
 	block    bool                // FlowControlBlock; otherwise FlowControlSignalError
 	count    *semaphore.Weighted // outstanding messages
 	bytes    *semaphore.Weighted // outstanding bytes, nil for no limit
 	maxBytes int64
+	// reclaim releases room that done messages still hold; acquire
+	// calls it before it refuses a message or waits. Set once by New.
+	reclaim func()
+	// waiting, if set, is called when acquire starts to wait: a hook
+	// for tests, set before the first Publish.
+	waiting func()
 }
 
 // newFlowControl returns nil when s asks for no flow control.
@@ -45,26 +56,42 @@ func newFlowControl(s pubsub.FlowControlSettings) *flowControl {
 // message larger than the byte limit waits for the whole limit, so that it
 // can still be sent alone. On error nothing is reserved.
 func (f *flowControl) acquire(ctx context.Context, size int) error {
-	if f.block {
+	if !f.try(f.count, 1) {
+		if !f.block {
+			return pubsub.ErrFlowControllerMaxOutstandingMessages
+		}
+		if f.waiting != nil {
+			f.waiting()
+		}
 		if err := f.count.Acquire(ctx, 1); err != nil {
 			return err
 		}
-		if f.bytes != nil {
-			if err := f.bytes.Acquire(ctx, f.bound(size)); err != nil {
-				f.count.Release(1)
-				return err
-			}
-		}
+	}
+	if f.bytes == nil {
 		return nil
 	}
-	if !f.count.TryAcquire(1) {
-		return pubsub.ErrFlowControllerMaxOutstandingMessages
-	}
-	if f.bytes != nil && !f.bytes.TryAcquire(int64(size)) {
-		f.count.Release(1)
-		return pubsub.ErrFlowControllerMaxOutstandingBytes
+	n := f.bound(size)
+	if !f.try(f.bytes, n) {
+		if !f.block {
+			f.count.Release(1)
+			return pubsub.ErrFlowControllerMaxOutstandingBytes
+		}
+		if err := f.bytes.Acquire(ctx, n); err != nil {
+			f.count.Release(1)
+			return err
+		}
 	}
 	return nil
+}
+
+// try reserves n of s without waiting, reclaiming the room of done
+// messages if there is too little (P8).
+func (f *flowControl) try(s *semaphore.Weighted, n int64) bool {
+	if s.TryAcquire(n) {
+		return true
+	}
+	f.reclaim()
+	return s.TryAcquire(n)
 }
 
 // release returns the room acquire reserved for a message of size bytes.

@@ -55,8 +55,6 @@ type keyState struct {
 }
 
 // enqueue hands r to its key's gate, which sends it now or holds it (P5).
-// An unordered message comes here only for flow control, on the gate of
-// the "" key, and is sent at once.
 func (p *Publisher) enqueue(ctx context.Context, r *Result) {
 	key := r.key
 	sh := &p.shards[ordering.Hash(key)%numShards]
@@ -70,18 +68,19 @@ func (p *Publisher) enqueue(ctx context.Context, r *Result) {
 		p.watchers.Add(1)
 		go p.watch(sh, key, ks)
 	}
-	if key != "" && ks.failure != nil {
+	if ks.failure != nil {
 		ks.held = append(ks.held, r)
 		return
 	}
-	r.direct = key == ""
 	r.under = p.pub.Publish(ctx, &r.msg)
 	ks.inflight = append(ks.inflight, r)
 }
 
 // watch owns ks while its key has messages in flight: it waits for their
 // official results in order, releases their flow control, settles their
-// Results, and deletes ks when nothing is left. It settles every result
+// Results, and deletes ks when nothing is left. A key's batches finish in
+// order (P3), so waiting in order releases each message's room as soon as
+// it is done (P8). It settles every result
 // that is ready when it wakes, so a batch costs one wake-up, not one per
 // message.
 func (p *Publisher) watch(sh *shard, key string, ks *keyState) {
@@ -111,8 +110,7 @@ func (p *Publisher) watch(sh *shard, key string, ks *keyState) {
 			}
 			ks.inflight[0] = nil
 			ks.inflight = ks.inflight[1:]
-			// Unordered results answer for themselves.
-			if key != "" && p.settle(key, ks, r, id, err) && (sh.closing || p.flushing.Load() > 0) {
+			if p.settle(key, ks, r, id, err) && (sh.closing || p.flushing.Load() > 0) {
 				flush = true
 			}
 		}

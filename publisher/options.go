@@ -44,7 +44,9 @@ func WithDefaultOrderingKey(key string) Option {
 // pubsub.ErrFlowControllerMaxOutstandingMessages or
 // pubsub.ErrFlowControllerMaxOutstandingBytes. A MaxOutstandingMessages of
 // 0 or less means 1000, and a MaxOutstandingBytes of 0 or less means no
-// byte limit, as in the official client.
+// byte limit, as in the official client. A message's room is released when
+// it is done, not in publish order, so a slow or retrying message holds
+// only its own room (P8).
 //
 // New returns an error for HedgingSettings, which the official client does
 // not allow with message ordering, and for negative thresholds. A

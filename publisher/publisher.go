@@ -26,6 +26,9 @@ type Publisher struct {
 	// shards hold the per-key gates (gate.go), spread by key so that
 	// publishers on different keys rarely share a mutex.
 	shards [numShards]shard
+	// unordered keeps the flow-control room of unordered messages
+	// (unordered.go); unused without flow control.
+	unordered unordered
 
 	// closeMu orders Publish against Close: Publish holds it for reading
 	// while it checks closed and hands its message over, Close holds it
@@ -34,8 +37,10 @@ type Publisher struct {
 	closed  bool // guarded by closeMu
 
 	// watchers counts the gate goroutines, one per key with messages in
-	// flight. Add is called with the key's shard mutex held, so every Add
-	// happens before Close marks that shard closing and then waits.
+	// flight, and the goroutine that watches unordered messages under
+	// flow control. Add is called by Publish while it holds closeMu for
+	// reading, so every Add happens before Close sets closed and then
+	// waits.
 	watchers sync.WaitGroup
 	// flushing counts the Flush calls under way: held messages sent while
 	// one runs are flushed at once rather than left to the thresholds.
@@ -67,6 +72,9 @@ func New(client *pubsub.Client, topicID string, opts ...Option) (*Publisher, err
 		defaultKey: cfg.defaultKey,
 		flow:       newFlowControl(cfg.settings.FlowControlSettings),
 		done:       make(chan struct{}),
+	}
+	if p.flow != nil {
+		p.flow.reclaim = p.reclaim
 	}
 	settings := cfg.settings
 	// keyorder does flow control itself (see flowControl).
@@ -122,14 +130,17 @@ func (p *Publisher) Publish(ctx context.Context, msg *Message, opts ...PublishOp
 		return failed(ErrClosed)
 	}
 	r := &Result{key: pm.msg.OrderingKey, msg: pm.msg, size: pm.size}
-	if r.key == "" && p.flow == nil {
+	switch {
+	case r.key != "":
+		p.enqueue(ctx, r)
+	case p.flow != nil:
+		p.sendUnordered(ctx, r)
+	default:
 		// Nothing to gate and nothing to release: the official result is
 		// the answer.
 		r.direct = true
 		r.under = p.pub.Publish(ctx, &r.msg)
-		return r
 	}
-	p.enqueue(ctx, r)
 	return r
 }
 
@@ -188,8 +199,7 @@ func (p *Publisher) Flush(ctx context.Context) error {
 
 // pending returns the gated Results that are not ready yet: the messages of
 // every key in the official client's hands or held behind a failure.
-// Unordered messages published without flow control are not gated; the
-// official Flush answers for them.
+// Unordered messages are not gated; the official Flush answers for them.
 func (p *Publisher) pending() []*Result {
 	var rs []*Result
 	for i := range p.shards {
