@@ -10,6 +10,12 @@ import (
 // been called. The message was not sent.
 var ErrClosed = errors.New("keyorder/publisher: publisher is closed")
 
+// ErrInvalidConfig is returned by [New], wrapped with what is wrong, for a
+// nil client, an empty topic ID, or an [Option] out of its documented
+// range. An invalid default key also matches the [ordering] sentinel that
+// names the broken rule, such as [ordering.ErrKeyTooLong].
+var ErrInvalidConfig = errors.New("invalid publisher configuration")
+
 // ErrNilMessage is returned by [Publisher.Publish] for a nil *Message.
 var ErrNilMessage = errors.New("nil message")
 

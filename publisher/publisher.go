@@ -2,7 +2,7 @@ package publisher
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -53,13 +53,16 @@ type Publisher struct {
 // "projects/P/topics/T" name) of client's project. Like the official
 // client, it does no I/O: a missing topic shows up as failed results.
 //
+// Invalid arguments and options return an error matching
+// [ErrInvalidConfig].
+//
 // The caller keeps ownership of client and closes it after [Publisher.Close].
 func New(client *pubsub.Client, topicID string, opts ...Option) (*Publisher, error) {
 	if client == nil {
-		return nil, errors.New("keyorder/publisher: New with nil client")
+		return nil, fmt.Errorf("keyorder/publisher: %w: nil client", ErrInvalidConfig)
 	}
 	if topicID == "" {
-		return nil, errors.New("keyorder/publisher: New with empty topic ID")
+		return nil, fmt.Errorf("keyorder/publisher: %w: empty topic ID", ErrInvalidConfig)
 	}
 	cfg := config{settings: pubsub.DefaultPublishSettings}
 	for _, opt := range opts {
