@@ -1,7 +1,7 @@
 // Package publisher publishes messages to Google Cloud Pub/Sub in order per
 // key, on top of the official cloud.google.com/go/pubsub/v2 client.
 //
-//	p, err := publisher.New(client, "orders", publisher.WithDefaultOrderingKey("global"))
+//	p, err := publisher.New(client, "orders")
 //	if err != nil {
 //		return err
 //	}
@@ -19,7 +19,9 @@
 // its "partition-key" header ([ordering.Header]) and the publisher's
 // [WithDefaultOrderingKey] (rule P1). The key travels as the Pub/Sub
 // ordering key, never as an attribute; every other header becomes an
-// attribute (P2). Messages with no key are unordered.
+// attribute (P2). Messages with no key are unordered. A default key puts
+// every message without a key of its own on that one key, which has one
+// batch in flight and about 1 MB/s: see [WithDefaultOrderingKey].
 //
 // # Order and failure
 //

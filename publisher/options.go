@@ -19,6 +19,15 @@ type config struct {
 // WithDefaultOrderingKey sets the publisher's default ordering key: the key
 // of every message that names none in its call or its [ordering.Header]
 // header (P1). The default is "", which publishes such messages unordered.
+//
+// Every message without a key of its own then shares this one key, and
+// with it the key's limits: one batch in flight at a time (P3), and about
+// 1 MB/s of publishing, the service's limit per ordering key (P6). A
+// publisher whose messages mostly name no key is then as fast as one key.
+// Set a default only when those messages really need one order; otherwise
+// give each message the key of what it is about (a customer, an account),
+// or none.
+//
 // New returns an error matching [ErrInvalidConfig], and
 // [ordering.ErrKeyTooLong] or [ordering.ErrKeyNotUTF8], if key is not a
 // valid ordering key.
