@@ -31,8 +31,12 @@
 // after the failed message can overtake it (P4); the key then resumes by
 // itself, and the next Publish call is sent normally (P5). The caller never
 // calls the official client's ResumePublish. The error, a [*PublishError],
-// names the key and the cause; to retry, publish the failed messages again,
-// in order.
+// names the key and the cause. [Retryable] tells whether the cause is
+// transient (Unavailable once the official client's own retries are spent)
+// or permanent (NotFound, PermissionDenied, InvalidArgument), and
+// [Publisher.Retry] sends a failed tail again, in order, in one call:
+//
+//	retried, err := p.Retry(ctx, failed...)
 //
 // Invalid messages fail with a [*ValidationError] before anything is sent,
 // and do not affect their key (P6).

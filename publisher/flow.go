@@ -23,6 +23,7 @@ type flowControl struct {
 	block    bool                // FlowControlBlock; otherwise FlowControlSignalError
 	count    *semaphore.Weighted // outstanding messages
 	bytes    *semaphore.Weighted // outstanding bytes, nil for no limit
+	maxMsgs  int64
 	maxBytes int64
 	// reclaim releases room that done messages still hold; acquire
 	// calls it before it refuses a message or waits. Set once by New.
@@ -42,8 +43,9 @@ func newFlowControl(s pubsub.FlowControlSettings) *flowControl {
 		maxMsgs = int64(pubsub.DefaultPublishSettings.FlowControlSettings.MaxOutstandingMessages)
 	}
 	f := &flowControl{
-		block: s.LimitExceededBehavior == pubsub.FlowControlBlock,
-		count: semaphore.NewWeighted(maxMsgs),
+		block:   s.LimitExceededBehavior == pubsub.FlowControlBlock,
+		count:   semaphore.NewWeighted(maxMsgs),
+		maxMsgs: maxMsgs,
 	}
 	if s.MaxOutstandingBytes > 0 {
 		f.maxBytes = int64(s.MaxOutstandingBytes)
@@ -52,32 +54,33 @@ func newFlowControl(s pubsub.FlowControlSettings) *flowControl {
 	return f
 }
 
-// acquire reserves room for one message of size bytes. When blocking, a
-// message larger than the byte limit waits for the whole limit, so that it
-// can still be sent alone. On error nothing is reserved.
-func (f *flowControl) acquire(ctx context.Context, size int) error {
-	if !f.try(f.count, 1) {
-		if !f.block {
+// acquire reserves room for n messages of bytes bytes in all, at once,
+// where a message counts as bound(size) bytes. When blocking, a message
+// larger than the byte limit waits for the whole limit, so that it can
+// still be sent alone; room that can never be had is refused at once. On
+// error nothing is reserved.
+func (f *flowControl) acquire(ctx context.Context, n, bytes int64) error {
+	if !f.try(f.count, n) {
+		if !f.block || n > f.maxMsgs {
 			return pubsub.ErrFlowControllerMaxOutstandingMessages
 		}
 		if f.waiting != nil {
 			f.waiting()
 		}
-		if err := f.count.Acquire(ctx, 1); err != nil {
+		if err := f.count.Acquire(ctx, n); err != nil {
 			return err
 		}
 	}
-	if f.bytes == nil {
+	if f.bytes == nil || bytes == 0 {
 		return nil
 	}
-	n := f.bound(size)
-	if !f.try(f.bytes, n) {
-		if !f.block {
-			f.count.Release(1)
+	if !f.try(f.bytes, bytes) {
+		if !f.block || bytes > f.maxBytes {
+			f.count.Release(n)
 			return pubsub.ErrFlowControllerMaxOutstandingBytes
 		}
-		if err := f.bytes.Acquire(ctx, n); err != nil {
-			f.count.Release(1)
+		if err := f.bytes.Acquire(ctx, bytes); err != nil {
+			f.count.Release(n)
 			return err
 		}
 	}
@@ -102,6 +105,7 @@ func (f *flowControl) release(size int) {
 	}
 }
 
+// bound is what a message of size bytes counts against the byte limit.
 func (f *flowControl) bound(size int) int64 {
 	if f.block {
 		return min(int64(size), f.maxBytes)

@@ -23,6 +23,7 @@ type shard struct {
 	keys    map[string]*keyState // keys with messages outstanding; guarded by mu
 	peak    int                  // largest len(keys) since keys was made; guarded by mu
 	closing bool                 // set once by Close; guarded by mu
+	seq     uint64               // messages enqueued so far, for Result.seq; guarded by mu
 }
 
 func (sh *shard) markClosing() {
@@ -68,6 +69,8 @@ func (p *Publisher) enqueue(ctx context.Context, r *Result) {
 		p.watchers.Add(1)
 		go p.watch(sh, key, ks)
 	}
+	sh.seq++
+	r.seq = sh.seq
 	if ks.failure != nil {
 		ks.held = append(ks.held, r)
 		return
@@ -105,7 +108,8 @@ func (p *Publisher) watch(sh *shard, key string, ks *keyState) {
 				break
 			}
 			id, err := r.under.Get(context.Background())
-			if p.flow != nil {
+			if r.room {
+				r.room = false
 				p.flow.release(r.size)
 			}
 			ks.inflight[0] = nil
@@ -137,10 +141,11 @@ func readyNow(r *pubsub.PublishResult) bool {
 // whether held messages were sent. The shard's mutex is held, so a Publish
 // call that sees a failure reported also sees the key failing.
 func (p *Publisher) settle(key string, ks *keyState, r *Result, id string, err error) (sent bool) {
-	// The official client is done with the message.
-	r.under, r.msg = nil, pubsub.Message{}
 	if !r.isReady() {
 		if err == nil {
+			// The official client is done with the message, and so is
+			// everyone else: the Result need not keep it (P7).
+			r.under, r.msg = nil, pubsub.Message{}
 			r.resolve(id, nil)
 		} else {
 			// The first failure since the key was last healthy: new
@@ -155,6 +160,10 @@ func (p *Publisher) settle(key string, ks *keyState, r *Result, id string, err e
 				t.resolve("", &PublishError{Key: key, Err: err, Skipped: true})
 			}
 		}
+	}
+	if r.err != nil {
+		// A failed message stays in its Result for Retry.
+		r.letGo()
 	}
 	if ks.failure == nil || len(ks.inflight) > 0 {
 		return false

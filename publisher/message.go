@@ -28,7 +28,8 @@ const reservedPrefix = "goog"
 //
 // Headers become the message's Pub/Sub attributes, except [ordering.Header],
 // which names the ordering key instead (P1, P2). Publish keeps Data and
-// Headers until the message's [Result] is ready: do not modify them before.
+// Headers until the message's [Result] is ready, and a Result that failed
+// keeps them for [Publisher.Retry]: do not modify them before.
 type Message struct {
 	Data    []byte
 	Headers map[string]string

@@ -120,7 +120,7 @@ func (p *Publisher) Publish(ctx context.Context, msg *Message, opts ...PublishOp
 		return failed(err)
 	}
 	if p.flow != nil {
-		if err := p.flow.acquire(ctx, pm.size); err != nil {
+		if err := p.flow.acquire(ctx, 1, p.flow.bound(pm.size)); err != nil {
 			return failed(err)
 		}
 	}
@@ -132,7 +132,14 @@ func (p *Publisher) Publish(ctx context.Context, msg *Message, opts ...PublishOp
 		}
 		return failed(ErrClosed)
 	}
-	r := &Result{key: pm.msg.OrderingKey, msg: pm.msg, size: pm.size}
+	r := &Result{key: pm.msg.OrderingKey, msg: pm.msg, size: pm.size, room: p.flow != nil}
+	p.send(ctx, r)
+	return r
+}
+
+// send hands r, with its room reserved, to its key's gate, or to the
+// official client if it has no key. closeMu is held for reading.
+func (p *Publisher) send(ctx context.Context, r *Result) {
 	switch {
 	case r.key != "":
 		p.enqueue(ctx, r)
@@ -144,7 +151,6 @@ func (p *Publisher) Publish(ctx context.Context, msg *Message, opts ...PublishOp
 		r.direct = true
 		r.under = p.pub.Publish(ctx, &r.msg)
 	}
-	return r
 }
 
 // Flush sends every message published before the call without waiting for

@@ -29,16 +29,30 @@ type Result struct {
 	// key is the message's ordering key.
 	key string
 	// under is the official client's result while the message is in its
-	// hands; the key's gate clears it once it has seen it ready. A direct
+	// hands; the key's gate clears it once it has seen it ready, with mu
+	// held too if the message failed, as Retry reads it then. A direct
 	// result (an unordered message) is under itself: there is no tail to
 	// fail and no key to gate.
 	under  *pubsub.PublishResult
 	direct bool
+	// room is set while the message holds flow-control room. It is
+	// guarded by the mutex of the list that holds the Result: its key's
+	// shard, or the unordered list. Whoever clears it releases the room;
+	// Retry may move it to the message's next Result instead.
+	room bool
+	// taken is set once Retry has taken msg to send it again. Guarded by
+	// mu.
+	taken bool
+	// seq orders the Publish calls of a key, for Retry: it counts the
+	// messages of the key's shard. Set by the gate; 0 for unordered
+	// messages, which have no order to keep.
+	seq uint64
 
 	// msg is the message as the official client takes it, kept here to
 	// save an allocation. It is handed over when the message is sent:
-	// at once, or after the key's failed tail has drained (P5). The gate
-	// clears it once the official client is done with it.
+	// at once, or after the key's failed tail has drained (P5). Once the
+	// official client is done with it, the gate clears it if it was
+	// published; a failed message keeps it for Retry, which clears it.
 	msg  pubsub.Message
 	size int // encoded size, released from flow control when the message is done
 }
@@ -116,4 +130,15 @@ func (r *Result) Get(ctx context.Context) (id string, err error) {
 		return id, nil
 	}
 	return r.id, r.err
+}
+
+// letGo records that the official client is done with the failed message
+// of r: Retry may then clear msg. It is called by the gate.
+func (r *Result) letGo() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.under = nil
+	if r.taken {
+		r.msg = pubsub.Message{}
+	}
 }

@@ -97,7 +97,10 @@ func (p *Publisher) sweepUnordered() {
 	n := 0
 	for _, r := range u.inflight {
 		if readyNow(r.under) {
-			p.flow.release(r.size)
+			if r.room {
+				r.room = false
+				p.flow.release(r.size)
+			}
 			continue
 		}
 		u.inflight[n] = r
