@@ -98,7 +98,7 @@ func (f *flowControl) try(s *semaphore.Weighted, n int64) bool {
 }
 
 // release returns the room acquire reserved for a message of size bytes.
-func (f *flowControl) release(size int) {
+func (f *flowControl) release(size int32) {
 	f.count.Release(1)
 	if f.bytes != nil {
 		f.bytes.Release(f.bound(size))
@@ -106,7 +106,7 @@ func (f *flowControl) release(size int) {
 }
 
 // bound is what a message of size bytes counts against the byte limit.
-func (f *flowControl) bound(size int) int64 {
+func (f *flowControl) bound(size int32) int64 {
 	if f.block {
 		return min(int64(size), f.maxBytes)
 	}

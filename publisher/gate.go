@@ -57,7 +57,7 @@ type keyState struct {
 
 // enqueue hands r to its key's gate, which sends it now or holds it (P5).
 func (p *Publisher) enqueue(ctx context.Context, r *Result) {
-	key := r.key
+	key := r.msg.OrderingKey
 	sh := &p.shards[ordering.Hash(key)%numShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -145,7 +145,8 @@ func (p *Publisher) settle(key string, ks *keyState, r *Result, id string, err e
 		if err == nil {
 			// The official client is done with the message, and so is
 			// everyone else: the Result need not keep it (P7).
-			r.under, r.msg = nil, pubsub.Message{}
+			r.under = nil
+			r.dropMessage()
 			r.resolve(id, nil)
 		} else {
 			// The first failure since the key was last healthy: new
@@ -161,7 +162,7 @@ func (p *Publisher) settle(key string, ks *keyState, r *Result, id string, err e
 			}
 		}
 	}
-	if r.err != nil {
+	if r.hasFailed() {
 		// A failed message stays in its Result for Retry.
 		r.letGo()
 	}

@@ -115,24 +115,28 @@ func (p *Publisher) Publish(ctx context.Context, msg *Message, opts ...PublishOp
 			callKey = opt.key
 		}
 	}
-	pm, err := p.prepare(msg, callKey)
+	// The Result is made first and the message prepared in it, which
+	// saves copying the message, and a failure is reported in it too.
+	r := &Result{}
+	size, err := p.prepare(msg, callKey, &r.msg)
 	if err != nil {
-		return failed(err)
+		return r.fail(err)
 	}
+	r.size = size
 	if p.flow != nil {
-		if err := p.flow.acquire(ctx, 1, p.flow.bound(pm.size)); err != nil {
-			return failed(err)
+		if err := p.flow.acquire(ctx, 1, p.flow.bound(size)); err != nil {
+			return r.fail(err)
 		}
+		r.room = true
 	}
 	p.closeMu.RLock()
 	defer p.closeMu.RUnlock()
 	if p.closed {
 		if p.flow != nil {
-			p.flow.release(pm.size)
+			p.flow.release(size)
 		}
-		return failed(ErrClosed)
+		return r.fail(ErrClosed)
 	}
-	r := &Result{key: pm.msg.OrderingKey, msg: pm.msg, size: pm.size, room: p.flow != nil}
 	p.send(ctx, r)
 	return r
 }
@@ -141,15 +145,15 @@ func (p *Publisher) Publish(ctx context.Context, msg *Message, opts ...PublishOp
 // official client if it has no key. closeMu is held for reading.
 func (p *Publisher) send(ctx context.Context, r *Result) {
 	switch {
-	case r.key != "":
+	case r.msg.OrderingKey != "":
 		p.enqueue(ctx, r)
 	case p.flow != nil:
 		p.sendUnordered(ctx, r)
 	default:
 		// Nothing to gate and nothing to release: the official result is
 		// the answer.
-		r.direct = true
 		r.under = p.pub.Publish(ctx, &r.msg)
+		r.state.Store(direct)
 	}
 }
 

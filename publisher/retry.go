@@ -74,14 +74,14 @@ func (p *Publisher) Retry(ctx context.Context, failed ...*Result) ([]*Result, er
 		moved = make([]bool, len(failed))
 		var n, bytes int64
 		for i, r := range failed {
-			if moved[i] = p.takeRoom(r); !moved[i] {
+			if moved[i] = p.takeRoom(r, msgs[i].OrderingKey); !moved[i] {
 				n++
 				bytes += p.flow.bound(r.size)
 			}
 		}
 		if n > 0 {
 			if err := p.flow.acquire(ctx, n, bytes); err != nil {
-				p.undoRetry(failed, moved)
+				p.undoRetry(failed, msgs, moved)
 				return nil, err
 			}
 		}
@@ -97,12 +97,12 @@ func (p *Publisher) Retry(ctx context.Context, failed ...*Result) ([]*Result, er
 				}
 			}
 		}
-		p.undoRetry(failed, moved)
+		p.undoRetry(failed, msgs, moved)
 		return nil, ErrClosed
 	}
 	retried := make([]*Result, len(failed))
 	for _, i := range order {
-		r := &Result{key: msgs[i].OrderingKey, msg: msgs[i], size: failed[i].size, room: p.flow != nil}
+		r := &Result{msg: msgs[i], size: failed[i].size, room: p.flow != nil}
 		p.send(ctx, r)
 		retried[i] = r
 	}
@@ -148,18 +148,18 @@ func (r *Result) untake() {
 func (r *Result) dropTaken() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.direct || r.under == nil {
-		r.msg = pubsub.Message{}
+	if r.isDirect() || r.under == nil {
+		r.dropMessage()
 	}
 }
 
-// takeRoom takes over the flow-control room that the failed message r
-// still holds, and reports whether it did. r's room is guarded by the
-// mutex of the list that holds it.
-func (p *Publisher) takeRoom(r *Result) bool {
+// takeRoom takes over the flow-control room that the failed message r,
+// of ordering key key, still holds, and reports whether it did. r's room
+// is guarded by the mutex of the list that holds it.
+func (p *Publisher) takeRoom(r *Result, key string) bool {
 	mu := &p.unordered.mu
-	if !r.direct {
-		mu = &p.shards[ordering.Hash(r.key)%numShards].mu
+	if !r.isDirect() {
+		mu = &p.shards[ordering.Hash(key)%numShards].mu
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -171,19 +171,20 @@ func (p *Publisher) takeRoom(r *Result) bool {
 // undoRetry gives back what a Retry that sends nothing took: each message,
 // and each room taken over, to its failed Result if that still holds its
 // message in the official client, or else to flow control.
-func (p *Publisher) undoRetry(failed []*Result, moved []bool) {
+func (p *Publisher) undoRetry(failed []*Result, msgs []pubsub.Message, moved []bool) {
 	for i, r := range failed {
-		if moved != nil && moved[i] && !p.giveRoom(r) {
+		if moved != nil && moved[i] && !p.giveRoom(r, msgs[i].OrderingKey) {
 			p.flow.release(r.size)
 		}
 		r.untake()
 	}
 }
 
-// giveRoom gives r back the room takeRoom took, and reports whether it
-// could: not once r has left its list, whose owner would not release it.
-func (p *Publisher) giveRoom(r *Result) bool {
-	if r.direct {
+// giveRoom gives r, of ordering key key, back the room takeRoom took, and
+// reports whether it could: not once r has left its list, whose owner
+// would not release it.
+func (p *Publisher) giveRoom(r *Result, key string) bool {
+	if r.isDirect() {
 		u := &p.unordered
 		u.mu.Lock()
 		defer u.mu.Unlock()
@@ -193,10 +194,10 @@ func (p *Publisher) giveRoom(r *Result) bool {
 		}
 		return false
 	}
-	sh := &p.shards[ordering.Hash(r.key)%numShards]
+	sh := &p.shards[ordering.Hash(key)%numShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if ks, ok := sh.keys[r.key]; ok && slices.Contains(ks.inflight, r) {
+	if ks, ok := sh.keys[key]; ok && slices.Contains(ks.inflight, r) {
 		r.room = true
 		return true
 	}

@@ -41,8 +41,8 @@ func (p *Publisher) sendUnordered(ctx context.Context, r *Result) {
 	u := &p.unordered
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	r.direct = true
 	r.under = p.pub.Publish(ctx, &r.msg)
+	r.state.Store(direct)
 	u.inflight = append(u.inflight, r)
 	if !u.watching {
 		u.watching = true
