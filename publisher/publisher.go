@@ -3,6 +3,7 @@ package publisher
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 
@@ -23,9 +24,11 @@ type Publisher struct {
 	maxBytes   int          // largest encoded message the service takes on this topic
 	flow       *flowControl // nil when the settings ask for no flow control
 
-	// shards hold the per-key gates (gate.go), spread by key so that
-	// publishers on different keys rarely share a mutex.
+	// shards map keys to their gates (gate.go), spread by key so that
+	// Publish calls on different keys rarely share a map's mutex; each
+	// gate has a mutex of its own.
 	shards [numShards]shard
+	seed   maphash.Seed // of the shards' hash
 	// unordered keeps the flow-control room of unordered messages
 	// (unordered.go); unused without flow control.
 	unordered unordered
@@ -42,9 +45,11 @@ type Publisher struct {
 	// reading, so every Add happens before Close sets closed and then
 	// waits.
 	watchers sync.WaitGroup
-	// flushing counts the Flush calls under way: held messages sent while
-	// one runs are flushed at once rather than left to the thresholds.
+	// flushing counts the Flush calls under way, and closing is set once
+	// Close has begun: held messages sent while either holds are flushed
+	// at once rather than left to the thresholds (see watch).
 	flushing  atomic.Int32
+	closing   atomic.Bool
 	closeOnce sync.Once
 	done      chan struct{} // closed by shutdown when every result is ready
 }
@@ -74,6 +79,7 @@ func New(client *pubsub.Client, topicID string, opts ...Option) (*Publisher, err
 		pub:        client.Publisher(topicID),
 		defaultKey: cfg.defaultKey,
 		flow:       newFlowControl(cfg.settings.FlowControlSettings),
+		seed:       maphash.MakeSeed(),
 		done:       make(chan struct{}),
 	}
 	if p.flow != nil {
@@ -219,12 +225,14 @@ func (p *Publisher) pending() []*Result {
 		sh := &p.shards[i]
 		sh.mu.Lock()
 		for _, ks := range sh.keys {
+			ks.mu.Lock()
 			for _, r := range ks.inflight {
 				if !r.isReady() {
 					rs = append(rs, r)
 				}
 			}
 			rs = append(rs, ks.held...)
+			ks.mu.Unlock()
 		}
 		sh.mu.Unlock()
 	}
@@ -243,9 +251,7 @@ func (p *Publisher) Close(ctx context.Context) error {
 		p.closeMu.Lock()
 		p.closed = true
 		p.closeMu.Unlock()
-		for i := range p.shards {
-			p.shards[i].markClosing()
-		}
+		p.closing.Store(true)
 		go p.shutdown()
 	})
 	select {

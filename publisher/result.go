@@ -20,7 +20,7 @@ type Result struct {
 	// objects of that size at multiples of 192 in page-aligned spans. The
 	// first line holds all that a watch goroutine reads and writes when a
 	// message is published, and all that Get reads then: settling a
-	// message, and reading its outcome, touch one line (see watch).
+	// message, and reading its outcome, touch one line (see settleDone).
 
 	// state is pending, waited (pending, and ch made for a waiter),
 	// published or failed; it becomes published or failed once, after
@@ -56,7 +56,7 @@ type Result struct {
 	// room is set while the message holds flow-control room. Once the
 	// message has failed, Retry may move the room to the message's next
 	// Result, so from then on room is guarded by the mutex of the list
-	// that holds the Result: its key's shard, or the unordered list.
+	// that holds the Result: its key's gate, or the unordered list.
 	// Whoever clears it releases the room.
 	room bool
 	// taken is set once Retry has taken msg to send it again. Guarded by
@@ -90,7 +90,7 @@ func (r *Result) fail(err error) *Result {
 }
 
 // resolve makes r ready with the server's ID or an error. Only the key's
-// watch goroutine calls it, once: for a failure with the key's shard mutex
+// watch goroutine calls it, once: for a failure with the key's gate mutex
 // held, so that the failure a Result reports and the state of its key
 // change together (P4, P5).
 func (r *Result) resolve(id string, err error) {

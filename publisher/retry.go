@@ -10,8 +10,6 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/keyorder/keyorder/ordering"
 )
 
 // Retry publishes again the messages of failed, Results of p that failed
@@ -155,14 +153,23 @@ func (r *Result) dropTaken() {
 
 // takeRoom takes over the flow-control room that the failed message r,
 // of ordering key key, still holds, and reports whether it did. r's room
-// is guarded by the mutex of the list that holds it.
+// is guarded by the mutex of the list that holds it: the unordered list,
+// or its key's gate. A keyed message leaves its gate, and its room, before
+// the gate is deleted.
 func (p *Publisher) takeRoom(r *Result, key string) bool {
-	mu := &p.unordered.mu
-	if !r.isDirect() {
-		mu = &p.shards[ordering.Hash(key)%numShards].mu
+	if r.isDirect() {
+		u := &p.unordered
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		had := r.room
+		r.room = false
+		return had
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	ks := p.gate(key)
+	if ks == nil {
+		return false
+	}
+	defer ks.mu.Unlock()
 	had := r.room
 	r.room = false
 	return had
@@ -194,10 +201,12 @@ func (p *Publisher) giveRoom(r *Result, key string) bool {
 		}
 		return false
 	}
-	sh := &p.shards[ordering.Hash(key)%numShards]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if ks, ok := sh.keys[key]; ok && slices.Contains(ks.inflight, r) {
+	ks := p.gate(key)
+	if ks == nil {
+		return false
+	}
+	defer ks.mu.Unlock()
+	if slices.Contains(ks.inflight, r) {
 		r.room = true
 		return true
 	}
