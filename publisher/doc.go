@@ -51,8 +51,20 @@
 // # Cost
 //
 // A key with nothing outstanding leaves no state behind (P7). A key with
-// messages in flight costs one small struct and one goroutine, which waits
-// for the official client's results of that key in order.
+// messages in flight costs a gate of 144 bytes and one goroutine, which
+// waits for the official client's results of that key in order and wakes
+// once per batch. Each message costs a [Result] of 192 bytes, which lets go
+// of the message's data once it is published. Publish adds about 0.5 µs of
+// CPU per call to the official client's own Publish (3 to 4 µs), and the
+// key's goroutine about 0.4 µs per message to settle its Result. With the
+// garbage and the smaller batches that follow, keyorder spends 7 to 10%
+// more CPU per message than the official client alone.
+//
+// The official client offers no callback when a result is ready, only a
+// channel to wait on, so some goroutine must wait for each key's batches:
+// one per key, waking once per batch, costs less than one per shard
+// waiting on many channels at once (reflect.Select costs about 150 ns per
+// channel per wake).
 //
 // Rule numbers refer to the ordering contract in the project's README.
 package publisher
