@@ -129,10 +129,7 @@ func (p *Publisher) watch(sh *shard, key string, ks *keyState) {
 			sh.mu.Lock()
 			ks.mu.Lock()
 			if len(ks.inflight) == 0 {
-				delete(sh.keys, key)
-				if len(sh.keys) == 0 && sh.peak > shrinkAt {
-					sh.keys, sh.peak = make(map[string]*keyState), 0
-				}
+				p.deleteGate(sh, key)
 				ks.mu.Unlock()
 				sh.mu.Unlock()
 				return
@@ -153,15 +150,30 @@ func (p *Publisher) watch(sh *shard, key string, ks *keyState) {
 		<-seen[0].under.Ready()
 		done := 0
 		if healthy {
-			done = p.settleDone(seen)
+			// The last message seen is settled below, with the locks
+			// held, in case it leaves the key idle.
+			done = p.settleDone(seen[:len(seen)-1])
 		}
 		ks.mu.Lock()
 		ks.drop(done)
+		locked := false // the shard's mutex is held too
 		for len(ks.inflight) > 0 {
 			r := ks.inflight[0]
 			id, err, ok := tryGet(r.under)
 			if !ok {
 				break
+			}
+			if len(ks.inflight) == 1 && !locked {
+				// Settling r may leave the key idle. Take the shard's
+				// mutex first, and delete the gate before letting go
+				// of it: whoever sees r ready and then looks finds no
+				// gate (P7). Only this goroutine removes from
+				// inflight, so r is still first.
+				ks.mu.Unlock()
+				sh.mu.Lock()
+				ks.mu.Lock()
+				locked = true
+				continue
 			}
 			if r.room {
 				r.room = false
@@ -174,6 +186,24 @@ func (p *Publisher) watch(sh *shard, key string, ks *keyState) {
 				flush = true
 			}
 		}
+		if locked {
+			if len(ks.inflight) == 0 {
+				p.deleteGate(sh, key)
+				ks.mu.Unlock()
+				sh.mu.Unlock()
+				return
+			}
+			sh.mu.Unlock()
+		}
+	}
+}
+
+// deleteGate deletes key's gate from sh, whose mutex is held, with the
+// gate's (P7).
+func (p *Publisher) deleteGate(sh *shard, key string) {
+	delete(sh.keys, key)
+	if len(sh.keys) == 0 && sh.peak > shrinkAt {
+		sh.keys, sh.peak = make(map[string]*keyState), 0
 	}
 }
 
