@@ -2,6 +2,7 @@ package publisher_test
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"time"
 
@@ -12,16 +13,24 @@ import (
 
 // BenchmarkPublish compares keyorder's Publisher with the official client
 // it wraps, on one pstest server that answers without storing. Each op is
-// one message, published round-robin over 1000 ordering keys with default
-// settings and waited for. The two sub-benchmarks share the server.
+// a burst of 100,000 messages, published round-robin over 1000 ordering
+// keys with default settings and waited for. The two sub-benchmarks share
+// the server.
 //
 // With default settings a key's batch fills while the key's previous batch
 // is in flight, so batch size (msgs/rpc) follows the publisher's own speed:
 // a little more CPU per message means smaller batches and more requests.
-// The ratio here is therefore wider and noisier than keyorder's cost per
-// message, which BenchmarkPublishBatches isolates.
+// It follows the burst's size too, which is why the burst is fixed rather
+// than b.N messages: b.N is set from each side's own speed, and a side
+// found slower would publish smaller bursts, in smaller batches. The ratio
+// here is wider and noisier than keyorder's cost per message, which
+// BenchmarkPublishBatches isolates.
+//
+// cpu-ns/msg is the CPU time the whole process spent per message, server
+// and garbage collector included: it depends less than msgs/s on what
+// else the machine runs.
 func BenchmarkPublish(b *testing.B) {
-	const keys = 1000
+	const keys, burst = 1000, 100_000
 	e := newEnv(b, discardPublishes())
 	ctx := context.Background()
 	names := keyNames(keys, "customer-%d")
@@ -32,20 +41,19 @@ func BenchmarkPublish(b *testing.B) {
 		pub := e.client.Publisher(e.topic)
 		pub.EnableMessageOrdering = true
 		defer pub.Stop()
-		results := make([]*pubsub.PublishResult, 0, b.N)
-		b.ReportAllocs()
-		publishRPCs.Store(0)
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			results = append(results, pub.Publish(ctx, &pubsub.Message{Data: data, Attributes: headers, OrderingKey: names[i%keys]}))
-		}
-		for _, r := range results {
-			if _, err := r.Get(ctx); err != nil {
-				b.Fatal(err)
+		results := make([]*pubsub.PublishResult, burst)
+		m := startPerMessage()
+		for b.Loop() {
+			for i := range results {
+				results[i] = pub.Publish(ctx, &pubsub.Message{Data: data, Attributes: headers, OrderingKey: names[i%keys]})
+			}
+			for _, r := range results {
+				if _, err := r.Get(ctx); err != nil {
+					b.Fatal(err)
+				}
 			}
 		}
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
-		b.ReportMetric(float64(b.N)/float64(publishRPCs.Swap(0)), "msgs/rpc")
+		m.report(b, b.N*burst)
 	})
 
 	b.Run("keyorder", func(b *testing.B) {
@@ -54,20 +62,19 @@ func BenchmarkPublish(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer func() { _ = p.Close(ctx) }()
-		results := make([]*publisher.Result, 0, b.N)
-		b.ReportAllocs()
-		publishRPCs.Store(0)
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			results = append(results, p.Publish(ctx, &publisher.Message{Data: data, Headers: headers}, publisher.WithOrderingKey(names[i%keys])))
-		}
-		for _, r := range results {
-			if _, err := r.Get(ctx); err != nil {
-				b.Fatal(err)
+		results := make([]*publisher.Result, burst)
+		m := startPerMessage()
+		for b.Loop() {
+			for i := range results {
+				results[i] = p.Publish(ctx, &publisher.Message{Data: data, Headers: headers}, publisher.WithOrderingKey(names[i%keys]))
+			}
+			for _, r := range results {
+				if _, err := r.Get(ctx); err != nil {
+					b.Fatal(err)
+				}
 			}
 		}
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
-		b.ReportMetric(float64(b.N)/float64(publishRPCs.Swap(0)), "msgs/rpc")
+		m.report(b, b.N*burst)
 	})
 }
 
@@ -93,7 +100,7 @@ func BenchmarkPublishBatches(b *testing.B) {
 		pub.PublishSettings = settings
 		defer pub.Stop()
 		results := make([]*pubsub.PublishResult, 0, keys*perKey)
-		b.ReportAllocs()
+		m := startPerMessage()
 		for b.Loop() {
 			results = results[:0]
 			for i := 0; i < keys*perKey; i++ {
@@ -105,7 +112,7 @@ func BenchmarkPublishBatches(b *testing.B) {
 				}
 			}
 		}
-		b.ReportMetric(float64(b.N*keys*perKey)/b.Elapsed().Seconds(), "msgs/s")
+		m.report(b, b.N*keys*perKey)
 	})
 
 	b.Run("keyorder", func(b *testing.B) {
@@ -115,7 +122,7 @@ func BenchmarkPublishBatches(b *testing.B) {
 		}
 		defer func() { _ = p.Close(ctx) }()
 		results := make([]*publisher.Result, 0, keys*perKey)
-		b.ReportAllocs()
+		m := startPerMessage()
 		for b.Loop() {
 			results = results[:0]
 			for i := 0; i < keys*perKey; i++ {
@@ -127,6 +134,148 @@ func BenchmarkPublishBatches(b *testing.B) {
 				}
 			}
 		}
-		b.ReportMetric(float64(b.N*keys*perKey)/b.Elapsed().Seconds(), "msgs/s")
+		m.report(b, b.N*keys*perKey)
 	})
+}
+
+// perMessage measures what a benchmark spends per message: make it with
+// startPerMessage just before the loop, and report after it.
+type perMessage struct {
+	cpu time.Duration
+	mem runtime.MemStats
+}
+
+func startPerMessage() perMessage {
+	var m perMessage
+	publishRPCs.Store(0)
+	runtime.ReadMemStats(&m.mem)
+	m.cpu = processCPU()
+	return m
+}
+
+// report reports msgs/s, msgs/rpc, cpu-ns/msg, and the heap allocations
+// of the whole process per message, B/msg and allocs/msg.
+func (m perMessage) report(b *testing.B, msgs int) {
+	cpu := processCPU() - m.cpu
+	var mem runtime.MemStats
+	runtime.ReadMemStats(&mem)
+	n := float64(msgs)
+	b.ReportMetric(n/b.Elapsed().Seconds(), "msgs/s")
+	b.ReportMetric(n/float64(publishRPCs.Load()), "msgs/rpc")
+	b.ReportMetric(float64(cpu)/n, "cpu-ns/msg")
+	b.ReportMetric(float64(mem.TotalAlloc-m.mem.TotalAlloc)/n, "B/msg")
+	b.ReportMetric(float64(mem.Mallocs-m.mem.Mallocs)/n, "allocs/msg")
+}
+
+// BenchmarkPublishPaired measures what BenchmarkPublish and
+// BenchmarkPublishBatches do, on a machine whose load changes from second
+// to second: each op is a pair of rounds, one through each client, taking
+// turns to go first, so that both sides meet the same load. ratio is
+// keyorder's msgs/s over the official client's, over the whole run; run it
+// with a fixed count of pairs, such as -benchtime=20x.
+//
+//   - burst: a round is 100,000 messages over 1000 keys with default
+//     settings, as BenchmarkPublish.
+//   - batches: a round is 10 messages for each of 1000 keys, in batches of
+//     exactly 10, as BenchmarkPublishBatches.
+//
+// publish-ns/msg is the time spent in Publish calls. With default settings
+// the loop that calls Publish sets how many messages of a key gather while
+// its previous batch is in flight, hence msgs/rpc.
+func BenchmarkPublishPaired(b *testing.B) {
+	batches := pubsub.DefaultPublishSettings
+	batches.CountThreshold = 10
+	batches.DelayThreshold = time.Hour
+	for _, bc := range []struct {
+		name     string
+		settings pubsub.PublishSettings
+		round    int
+	}{
+		{"burst", pubsub.DefaultPublishSettings, 100_000},
+		{"batches", batches, 10_000},
+	} {
+		b.Run(bc.name, func(b *testing.B) { benchmarkPaired(b, bc.settings, bc.round) })
+	}
+}
+
+func benchmarkPaired(b *testing.B, settings pubsub.PublishSettings, round int) {
+	const keys = 1000
+	e := newEnv(b, discardPublishes())
+	ctx := context.Background()
+	names := keyNames(keys, "customer-%d")
+	data := make([]byte, 128)
+	headers := map[string]string{"kind": "order-created"}
+
+	pub := e.client.Publisher(e.topic)
+	pub.EnableMessageOrdering = true
+	pub.PublishSettings = settings
+	defer pub.Stop()
+	p, err := publisher.New(e.client, e.topic, publisher.WithPublishSettings(settings))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = p.Close(ctx) }()
+
+	// Each side publishes one round and waits for it; measure adds up
+	// the elapsed time, the time spent in Publish calls, the process's
+	// CPU time and the Publish requests sent.
+	type totals struct {
+		elapsed, publishing, cpu time.Duration
+		rpcs                     int64
+	}
+	var sums [2]totals
+	official := func() {
+		results := make([]*pubsub.PublishResult, round)
+		start := time.Now()
+		for i := range results {
+			results[i] = pub.Publish(ctx, &pubsub.Message{Data: data, Attributes: headers, OrderingKey: names[i%keys]})
+		}
+		sums[0].publishing += time.Since(start)
+		for _, r := range results {
+			if _, err := r.Get(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	keyorder := func() {
+		results := make([]*publisher.Result, round)
+		start := time.Now()
+		for i := range results {
+			results[i] = p.Publish(ctx, &publisher.Message{Data: data, Headers: headers}, publisher.WithOrderingKey(names[i%keys]))
+		}
+		sums[1].publishing += time.Since(start)
+		for _, r := range results {
+			if _, err := r.Get(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	measure := func(side int, f func()) {
+		publishRPCs.Store(0)
+		start, cpu := time.Now(), processCPU()
+		f()
+		sums[side].elapsed += time.Since(start)
+		sums[side].cpu += processCPU() - cpu
+		sums[side].rpcs += publishRPCs.Load()
+	}
+	pairs := 0
+	for b.Loop() {
+		if pairs%2 == 0 {
+			measure(0, official)
+			measure(1, keyorder)
+		} else {
+			measure(1, keyorder)
+			measure(0, official)
+		}
+		pairs++
+	}
+	msgs := float64(pairs * round)
+	for side, name := range []string{"official", "keyorder"} {
+		b.ReportMetric(msgs/sums[side].elapsed.Seconds(), name+"-msgs/s")
+		b.ReportMetric(float64(sums[side].cpu)/msgs, name+"-cpu-ns/msg")
+		b.ReportMetric(msgs/float64(sums[side].rpcs), name+"-msgs/rpc")
+		b.ReportMetric(float64(sums[side].publishing)/msgs, name+"-publish-ns/msg")
+	}
+	b.ReportMetric(sums[0].elapsed.Seconds()/sums[1].elapsed.Seconds(), "ratio")
+	b.ReportMetric(float64(sums[1].cpu)/float64(sums[0].cpu), "cpu-ratio")
 }

@@ -1,7 +1,7 @@
 // Package publisher publishes messages to Google Cloud Pub/Sub in order per
 // key, on top of the official cloud.google.com/go/pubsub/v2 client.
 //
-//	p, err := publisher.New(client, "orders", publisher.WithDefaultOrderingKey("global"))
+//	p, err := publisher.New(client, "orders")
 //	if err != nil {
 //		return err
 //	}
@@ -19,7 +19,9 @@
 // its "partition-key" header ([ordering.Header]) and the publisher's
 // [WithDefaultOrderingKey] (rule P1). The key travels as the Pub/Sub
 // ordering key, never as an attribute; every other header becomes an
-// attribute (P2). Messages with no key are unordered.
+// attribute (P2). Messages with no key are unordered. A default key puts
+// every message without a key of its own on that one key, which has one
+// batch in flight and about 1 MB/s: see [WithDefaultOrderingKey].
 //
 // # Order and failure
 //
@@ -29,8 +31,12 @@
 // after the failed message can overtake it (P4); the key then resumes by
 // itself, and the next Publish call is sent normally (P5). The caller never
 // calls the official client's ResumePublish. The error, a [*PublishError],
-// names the key and the cause; to retry, publish the failed messages again,
-// in order.
+// names the key and the cause. [Retryable] tells whether the cause is
+// transient (Unavailable once the official client's own retries are spent)
+// or permanent (NotFound, PermissionDenied, InvalidArgument), and
+// [Publisher.Retry] sends a failed tail again, in order, in one call:
+//
+//	retried, err := p.Retry(ctx, failed...)
 //
 // Invalid messages fail with a [*ValidationError] before anything is sent,
 // and do not affect their key (P6).
@@ -45,8 +51,20 @@
 // # Cost
 //
 // A key with nothing outstanding leaves no state behind (P7). A key with
-// messages in flight costs one small struct and one goroutine, which waits
-// for the official client's results of that key in order.
+// messages in flight costs a gate of 144 bytes and one goroutine, which
+// waits for the official client's results of that key in order and wakes
+// once per batch. Each message costs a [Result] of 192 bytes, which lets go
+// of the message's data once it is published. Publish adds about 0.5 µs of
+// CPU per call to the official client's own Publish (3 to 4 µs), and the
+// key's goroutine about 0.4 µs per message to settle its Result. With the
+// garbage and the smaller batches that follow, keyorder spends 7 to 10%
+// more CPU per message than the official client alone.
+//
+// The official client offers no callback when a result is ready, only a
+// channel to wait on, so some goroutine must wait for each key's batches:
+// one per key, waking once per batch, costs less than one per shard
+// waiting on many channels at once (reflect.Select costs about 150 ns per
+// channel per wake).
 //
 // Rule numbers refer to the ordering contract in the project's README.
 package publisher

@@ -10,6 +10,17 @@ import (
 // been called. The message was not sent.
 var ErrClosed = errors.New("keyorder/publisher: publisher is closed")
 
+// ErrInvalidConfig is returned by [New], wrapped with what is wrong, for a
+// nil client, an empty topic ID, or an [Option] out of its documented
+// range. An invalid default key also matches the [ordering] sentinel that
+// names the broken rule, such as [ordering.ErrKeyTooLong].
+var ErrInvalidConfig = errors.New("invalid publisher configuration")
+
+// ErrNotRetryable is returned by [Publisher.Retry], wrapped with which
+// Result and why, for a Result that has not failed with a [*PublishError],
+// was retried already, or is given twice. Retry then sends nothing.
+var ErrNotRetryable = errors.New("result cannot be retried")
+
 // ErrNilMessage is returned by [Publisher.Publish] for a nil *Message.
 var ErrNilMessage = errors.New("nil message")
 
@@ -89,7 +100,9 @@ func (e *ValidationError) Unwrap() error { return e.Err }
 // the same Err and Skipped set. No message published before that moment
 // can reach the topic after the failed one. Messages of Key published after
 // it are sent normally, after the tail, because the key resumes by itself
-// (P5). To retry, publish the failed messages again, in order.
+// (P5). To retry, pass the failed Results to [Publisher.Retry], which
+// sends their messages again in order; [Retryable] tells whether the
+// cause is worth it.
 type PublishError struct {
 	// Key is the message's ordering key; empty for an unordered message.
 	Key string

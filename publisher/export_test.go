@@ -15,3 +15,14 @@ func GateState(p *Publisher) (keys, maxPeak int) {
 
 // ShrinkAt is shrinkAt, for tests.
 const ShrinkAt = shrinkAt
+
+// OnFlowWait makes p call f whenever a Publish starts to wait for
+// flow-control room. Call it before the first Publish.
+func OnFlowWait(p *Publisher, f func()) { p.flow.waiting = f }
+
+// HoldsMessage reports whether r still keeps its message.
+func HoldsMessage(r *Result) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.msg.Data != nil || r.msg.Attributes != nil
+}

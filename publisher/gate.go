@@ -2,14 +2,13 @@ package publisher
 
 import (
 	"context"
+	"hash/maphash"
 	"sync"
 
 	"cloud.google.com/go/pubsub/v2"
-
-	"github.com/keyorder/keyorder/ordering"
 )
 
-// numShards spreads the gates over this many mutexes.
+// numShards spreads the keys' gates over this many maps and mutexes.
 const numShards = 32
 
 // shrinkAt is the number of keys above which an emptied shard map is
@@ -17,80 +16,130 @@ const numShards = 32
 // leave nothing behind.
 const shrinkAt = 1024
 
-// A shard holds the gates of the keys that hash to it.
+// A shard holds the gates of the keys that hash to it. Its mutex guards
+// the map only: a Publish call holds it to find or make its key's gate,
+// and a watch goroutine to delete its gate. Each gate has a mutex of its
+// own, taken after the shard's, so that the official client's Publish,
+// called with the gate's mutex held, holds up no other key.
 type shard struct {
-	mu      sync.Mutex
-	keys    map[string]*keyState // keys with messages outstanding; guarded by mu
-	peak    int                  // largest len(keys) since keys was made; guarded by mu
-	closing bool                 // set once by Close; guarded by mu
-}
-
-func (sh *shard) markClosing() {
-	sh.mu.Lock()
-	sh.closing = true
-	sh.mu.Unlock()
+	mu   sync.Mutex
+	keys map[string]*keyState // keys with messages outstanding; guarded by mu
+	peak int                  // largest len(keys) since keys was made; guarded by mu
+	seq  uint64               // messages enqueued so far, for Result.seq; guarded by mu
 }
 
 // keyState is the gate of one key with messages outstanding. It exists
 // exactly while inflight is not empty, and one watch goroutine owns it for
 // that time: when inflight drains, the watcher deletes it (P7).
 //
-// Every field is guarded by the shard's mutex.
+// Every field is guarded by mu, except first, which only backs inflight.
+// A Publish call takes mu before it lets go of the shard's mutex, and the
+// watcher deletes the gate with both held, so no message is ever added to
+// a gate that is gone.
 type keyState struct {
+	mu sync.Mutex
 	// inflight are the key's messages in the official client's hands,
-	// in Publish order. Its results become ready in that order, as the
-	// official client sends one batch of a key at a time (P3).
+	// in Publish order, which is the order the official client took them
+	// in: it is called with mu held. Their results become ready in that
+	// order, as the official client sends one batch of a key at a time
+	// (P3). Publish calls only append; only the watcher removes.
 	inflight []*Result
 	// failure is the cause of the key's last failure while its tail
 	// drains in the official client, nil when the key is healthy. It is
 	// set when the first failed result is reported, together with the
 	// failure of every message then in inflight, and cleared when
-	// inflight has drained.
+	// inflight has drained. Only the watcher sets it.
 	failure error
 	// held are messages published after failure was reported (P5). They
 	// wait here, in Publish order, until inflight drains and the key is
 	// resumed: given to the official client now, they would fail too, as
 	// it keeps the key paused.
 	held []*Result
+	// first is inflight's first array, allocated with the keyState: most
+	// keys go idle before they have more messages in flight.
+	first [8]*Result
+}
+
+// shard returns the shard of key. maphash, seeded per Publisher, is the
+// cheapest good spread of Go strings; the shards are a detail of one
+// process, unlike ordering.Partition.
+func (p *Publisher) shard(key string) *shard {
+	return &p.shards[maphash.String(p.seed, key)%numShards]
+}
+
+// gate returns key's gate with its mutex held, or nil if key has none.
+func (p *Publisher) gate(key string) *keyState {
+	sh := p.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	ks := sh.keys[key]
+	if ks != nil {
+		ks.mu.Lock()
+	}
+	return ks
 }
 
 // enqueue hands r to its key's gate, which sends it now or holds it (P5).
-// An unordered message comes here only for flow control, on the gate of
-// the "" key, and is sent at once.
 func (p *Publisher) enqueue(ctx context.Context, r *Result) {
-	key := r.key
-	sh := &p.shards[ordering.Hash(key)%numShards]
+	key := r.msg.OrderingKey
+	sh := p.shard(key)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	ks, ok := sh.keys[key]
 	if !ok {
 		ks = &keyState{}
+		ks.inflight = ks.first[:0]
 		sh.keys[key] = ks
 		sh.peak = max(sh.peak, len(sh.keys))
 		p.watchers.Add(1)
 		go p.watch(sh, key, ks)
 	}
-	if key != "" && ks.failure != nil {
+	sh.seq++
+	r.seq = sh.seq
+	ks.mu.Lock()
+	sh.mu.Unlock()
+	defer ks.mu.Unlock()
+	if ks.failure != nil {
 		ks.held = append(ks.held, r)
 		return
 	}
-	r.direct = key == ""
 	r.under = p.pub.Publish(ctx, &r.msg)
 	ks.inflight = append(ks.inflight, r)
 }
 
 // watch owns ks while its key has messages in flight: it waits for their
 // official results in order, releases their flow control, settles their
-// Results, and deletes ks when nothing is left. It settles every result
-// that is ready when it wakes, so a batch costs one wake-up, not one per
-// message.
+// Results, and deletes ks when nothing is left (P7). A key's batches
+// finish in order (P3), so waiting in order releases each message's room
+// as soon as it is done (P8). It settles every result that is ready when
+// it wakes, so a batch costs one wake-up, not one per message.
+//
+// While the key is healthy, published messages are settled without the
+// gate's mutex (settleDone), which is then held only to drop them from
+// inflight: the key's Publish calls wait on it. A failure, and the tail
+// that drains after it, are settled with the mutex held (settle).
 func (p *Publisher) watch(sh *shard, key string, ks *keyState) {
 	defer p.watchers.Done()
 	flush := false
-	sh.mu.Lock()
-	for len(ks.inflight) > 0 {
-		head := ks.inflight[0].under
-		sh.mu.Unlock()
+	ks.mu.Lock()
+	for {
+		if len(ks.inflight) == 0 {
+			// Delete the gate with the shard's mutex held, taken first;
+			// a Publish call may add a message meanwhile.
+			ks.mu.Unlock()
+			sh.mu.Lock()
+			ks.mu.Lock()
+			if len(ks.inflight) == 0 {
+				p.deleteGate(sh, key)
+				ks.mu.Unlock()
+				sh.mu.Unlock()
+				return
+			}
+			sh.mu.Unlock()
+		}
+		// Publish only appends to inflight, and only this goroutine
+		// removes from it or sets failure: what is seen now stays so.
+		seen, healthy := ks.inflight, ks.failure == nil
+		ks.mu.Unlock()
 		if flush {
 			// Held messages were sent while closing or flushing, after
 			// that flush may have run: flush them rather than wait for
@@ -98,30 +147,116 @@ func (p *Publisher) watch(sh *shard, key string, ks *keyState) {
 			p.pub.Flush()
 			flush = false
 		}
-		<-head.Ready()
-		sh.mu.Lock()
+		<-seen[0].under.Ready()
+		done := 0
+		if healthy {
+			// The last message seen is settled below, with the locks
+			// held, in case it leaves the key idle.
+			done = p.settleDone(seen[:len(seen)-1])
+		}
+		ks.mu.Lock()
+		ks.drop(done)
+		locked := false // the shard's mutex is held too
 		for len(ks.inflight) > 0 {
 			r := ks.inflight[0]
-			if !readyNow(r.under) {
+			id, err, ok := tryGet(r.under)
+			if !ok {
 				break
 			}
-			id, err := r.under.Get(context.Background())
-			if p.flow != nil {
+			if len(ks.inflight) == 1 && !locked {
+				// Settling r may leave the key idle. Take the shard's
+				// mutex first, and delete the gate before letting go
+				// of it: whoever sees r ready and then looks finds no
+				// gate (P7). Only this goroutine removes from
+				// inflight, so r is still first.
+				ks.mu.Unlock()
+				sh.mu.Lock()
+				ks.mu.Lock()
+				locked = true
+				continue
+			}
+			if r.room {
+				r.room = false
 				p.flow.release(r.size)
 			}
-			ks.inflight[0] = nil
-			ks.inflight = ks.inflight[1:]
-			// Unordered results answer for themselves.
-			if key != "" && p.settle(key, ks, r, id, err) && (sh.closing || p.flushing.Load() > 0) {
+			ks.drop(1)
+			// Read after sending: if Close or Flush starts later, its
+			// own flush sends what was sent here.
+			if p.settle(key, ks, r, id, err) && (p.closing.Load() || p.flushing.Load() > 0) {
 				flush = true
 			}
 		}
+		if locked {
+			if len(ks.inflight) == 0 {
+				p.deleteGate(sh, key)
+				ks.mu.Unlock()
+				sh.mu.Unlock()
+				return
+			}
+			sh.mu.Unlock()
+		}
 	}
+}
+
+// deleteGate deletes key's gate from sh, whose mutex is held, with the
+// gate's (P7).
+func (p *Publisher) deleteGate(sh *shard, key string) {
 	delete(sh.keys, key)
 	if len(sh.keys) == 0 && sh.peak > shrinkAt {
 		sh.keys, sh.peak = make(map[string]*keyState), 0
 	}
-	sh.mu.Unlock()
+}
+
+// settleDone settles the published messages at the head of seen, a
+// healthy key's messages in flight, without the gate's mutex, and returns
+// how many it settled. It stops at the first message not done or failed,
+// which watch settles with the mutex held. No one else touches a message
+// that has not failed once it is in flight, and its Result may become
+// ready without the mutex, as only failures change the key's state (P4,
+// P5).
+func (p *Publisher) settleDone(seen []*Result) int {
+	for i, r := range seen {
+		id, err, ok := tryGet(r.under)
+		if !ok || err != nil {
+			return i
+		}
+		// room is on another cache line than the rest: look only with
+		// flow control.
+		if p.flow != nil && r.room {
+			r.room = false
+			p.flow.release(r.size)
+		}
+		// The official client is done with the message, and so is
+		// everyone else: the Result need not keep it (P7).
+		r.under = nil
+		r.dropMessage()
+		r.resolve(id, nil)
+	}
+	return len(seen)
+}
+
+// drop removes the first n messages of inflight. The gate's mutex is held.
+func (ks *keyState) drop(n int) {
+	if n == len(ks.inflight) {
+		// Start again at the front of the array, rather than let it
+		// creep along and be grown again.
+		clear(ks.inflight)
+		ks.inflight = ks.inflight[:0]
+		return
+	}
+	clear(ks.inflight[:n])
+	ks.inflight = ks.inflight[n:]
+}
+
+// tryGet returns the outcome of the official result r if it is ready.
+func tryGet(r *pubsub.PublishResult) (id string, err error, ok bool) {
+	select {
+	case <-r.Ready():
+		id, err = r.Get(context.Background())
+		return id, err, true
+	default:
+		return "", nil, false
+	}
 }
 
 // readyNow reports whether the official result r is ready, without waiting.
@@ -136,13 +271,14 @@ func readyNow(r *pubsub.PublishResult) bool {
 
 // settle makes r ready with its official outcome, unless it failed earlier
 // with its key's tail, and advances the key's failure state. It reports
-// whether held messages were sent. The shard's mutex is held, so a Publish
+// whether held messages were sent. The gate's mutex is held, so a Publish
 // call that sees a failure reported also sees the key failing.
 func (p *Publisher) settle(key string, ks *keyState, r *Result, id string, err error) (sent bool) {
-	// The official client is done with the message.
-	r.under, r.msg = nil, pubsub.Message{}
 	if !r.isReady() {
 		if err == nil {
+			// As in settleDone.
+			r.under = nil
+			r.dropMessage()
 			r.resolve(id, nil)
 		} else {
 			// The first failure since the key was last healthy: new
@@ -157,6 +293,10 @@ func (p *Publisher) settle(key string, ks *keyState, r *Result, id string, err e
 				t.resolve("", &PublishError{Key: key, Err: err, Skipped: true})
 			}
 		}
+	}
+	if r.hasFailed() {
+		// A failed message stays in its Result for Retry.
+		r.letGo()
 	}
 	if ks.failure == nil || len(ks.inflight) > 0 {
 		return false

@@ -28,32 +28,27 @@ const reservedPrefix = "goog"
 //
 // Headers become the message's Pub/Sub attributes, except [ordering.Header],
 // which names the ordering key instead (P1, P2). Publish keeps Data and
-// Headers until the message's [Result] is ready: do not modify them before.
+// Headers until the message's [Result] is ready, and a Result that failed
+// keeps them for [Publisher.Retry]: do not modify them before.
 type Message struct {
 	Data    []byte
 	Headers map[string]string
 }
 
-// prepared is a message checked against the service's limits and shaped as
-// the official client wants it.
-type prepared struct {
-	msg  pubsub.Message
-	size int // encoded size, for flow control
-}
-
 // prepare resolves msg's ordering key (P1), checks it against the service's
-// limits (P6), and builds the official client's message. It returns a
-// *ValidationError for bad input.
-func (p *Publisher) prepare(msg *Message, callKey string) (prepared, error) {
+// limits (P6), and writes the official client's message into out. It
+// returns the message's encoded size, for flow control, or a
+// *ValidationError for bad input, and then leaves out as it was.
+func (p *Publisher) prepare(msg *Message, callKey string, out *pubsub.Message) (size int32, err error) {
 	if msg == nil {
-		return prepared{}, &ValidationError{Err: ErrNilMessage}
+		return 0, &ValidationError{Err: ErrNilMessage}
 	}
 	key := ordering.Resolve(callKey, msg.Headers, p.defaultKey)
-	invalid := func(err error, format string, args ...any) (prepared, error) {
-		return prepared{}, &ValidationError{Key: truncate(key), Err: err, Detail: fmt.Sprintf(format, args...)}
+	invalid := func(err error, format string, args ...any) (int32, error) {
+		return 0, &ValidationError{Key: truncate(key), Err: err, Detail: fmt.Sprintf(format, args...)}
 	}
 	if err := ordering.Validate(key); err != nil {
-		return prepared{}, &ValidationError{Key: truncate(key), Err: err}
+		return 0, &ValidationError{Key: truncate(key), Err: err}
 	}
 
 	attrs := msg.Headers
@@ -94,14 +89,17 @@ func (p *Publisher) prepare(msg *Message, callKey string) (prepared, error) {
 		}
 		bound += fieldBound(fieldBound(len(k)) + fieldBound(len(v)))
 	}
-	size := bound
+	n := bound
 	if bound > p.maxBytes {
-		size = proto.Size(&pubsubpb.PubsubMessage{Data: msg.Data, Attributes: attrs, OrderingKey: key})
-		if size > p.maxBytes {
-			return invalid(ErrMessageTooLarge, "%d bytes encoded, limit %d", size, p.maxBytes)
+		n = proto.Size(&pubsubpb.PubsubMessage{Data: msg.Data, Attributes: attrs, OrderingKey: key})
+		if n > p.maxBytes {
+			return invalid(ErrMessageTooLarge, "%d bytes encoded, limit %d", n, p.maxBytes)
 		}
 	}
-	return prepared{msg: pubsub.Message{Data: msg.Data, Attributes: attrs, OrderingKey: key}, size: size}, nil
+	// Field by field: out is in the heap, and a whole-struct copy would
+	// run the write barrier over every pointer of pubsub.Message.
+	out.Data, out.Attributes, out.OrderingKey = msg.Data, attrs, key
+	return int32(n), nil
 }
 
 // fieldBound bounds the encoded size of a length-delimited protobuf field

@@ -3,6 +3,7 @@ package publisher
 import (
 	"strings"
 	"testing"
+	"unsafe"
 
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
@@ -43,12 +44,33 @@ func TestMessageSizeLimitIsExact(t *testing.T) {
 		for enc(n+1) <= p.maxBytes {
 			n++
 		}
-		_, err := p.prepare(&Message{Data: make([]byte, n), Headers: tc.attrs}, tc.key)
+		var out pubsub.Message
+		_, err := p.prepare(&Message{Data: make([]byte, n), Headers: tc.attrs}, tc.key, &out)
 		require.NoError(t, err, "at the limit, key %q", tc.key)
 		req := &pubsubpb.PublishRequest{Topic: topic, Messages: []*pubsubpb.PubsubMessage{{Data: make([]byte, n), Attributes: tc.attrs, OrderingKey: tc.key}}}
 		assert.LessOrEqual(t, proto.Size(req), int(pubsub.MaxPublishRequestBytes))
 
-		_, err = p.prepare(&Message{Data: make([]byte, n+1), Headers: tc.attrs}, tc.key)
+		_, err = p.prepare(&Message{Data: make([]byte, n+1), Headers: tc.attrs}, tc.key, &out)
 		require.ErrorIs(t, err, ErrMessageTooLarge, "one byte over, key %q", tc.key)
+	}
+}
+
+// TestResultLayout pins what settling a published message relies on to
+// touch one cache line of its Result: the fields it reads and writes, and
+// those Get reads, lie in the first 64 bytes, and the Result is 192 bytes,
+// a size Go allocates on cache-line boundaries.
+func TestResultLayout(t *testing.T) {
+	var r Result
+	assert.Equal(t, uintptr(192), unsafe.Sizeof(r))
+	msg := unsafe.Offsetof(r.msg)
+	for name, end := range map[string]uintptr{
+		"state":          unsafe.Offsetof(r.state) + unsafe.Sizeof(r.state),
+		"size":           unsafe.Offsetof(r.size) + unsafe.Sizeof(r.size),
+		"under":          unsafe.Offsetof(r.under) + unsafe.Sizeof(r.under),
+		"msg.ID":         msg + unsafe.Offsetof(r.msg.ID) + unsafe.Sizeof(r.msg.ID),
+		"msg.Data":       msg + unsafe.Offsetof(r.msg.Data) + unsafe.Sizeof(r.msg.Data),
+		"msg.Attributes": msg + unsafe.Offsetof(r.msg.Attributes) + unsafe.Sizeof(r.msg.Attributes),
+	} {
+		assert.LessOrEqual(t, end, uintptr(64), name)
 	}
 }

@@ -1,7 +1,6 @@
 package publisher
 
 import (
-	"errors"
 	"fmt"
 
 	"cloud.google.com/go/pubsub/v2"
@@ -20,12 +19,22 @@ type config struct {
 // WithDefaultOrderingKey sets the publisher's default ordering key: the key
 // of every message that names none in its call or its [ordering.Header]
 // header (P1). The default is "", which publishes such messages unordered.
-// New returns an error matching [ordering.ErrKeyTooLong] or
-// [ordering.ErrKeyNotUTF8] if key is not a valid ordering key.
+//
+// Every message without a key of its own then shares this one key, and
+// with it the key's limits: one batch in flight at a time (P3), and about
+// 1 MB/s of publishing, the service's limit per ordering key (P6). A
+// publisher whose messages mostly name no key is then as fast as one key.
+// Set a default only when those messages really need one order; otherwise
+// give each message the key of what it is about (a customer, an account),
+// or none.
+//
+// New returns an error matching [ErrInvalidConfig], and
+// [ordering.ErrKeyTooLong] or [ordering.ErrKeyNotUTF8], if key is not a
+// valid ordering key.
 func WithDefaultOrderingKey(key string) Option {
 	return func(c *config) error {
 		if err := ordering.Validate(key); err != nil {
-			return fmt.Errorf("keyorder/publisher: WithDefaultOrderingKey: %w", err)
+			return fmt.Errorf("keyorder/publisher: %w: WithDefaultOrderingKey: %w", ErrInvalidConfig, err)
 		}
 		c.defaultKey = key
 		return nil
@@ -44,18 +53,38 @@ func WithDefaultOrderingKey(key string) Option {
 // pubsub.ErrFlowControllerMaxOutstandingMessages or
 // pubsub.ErrFlowControllerMaxOutstandingBytes. A MaxOutstandingMessages of
 // 0 or less means 1000, and a MaxOutstandingBytes of 0 or less means no
-// byte limit, as in the official client.
+// byte limit, as in the official client. A message's room is released when
+// it is done, not in publish order, so a slow or retrying message holds
+// only its own room (P8).
 //
-// New returns an error for HedgingSettings, which the official client does
-// not allow with message ordering, and for negative thresholds. A
-// CountThreshold above pubsub.MaxPublishRequestCount is lowered to it.
+// New returns an error matching [ErrInvalidConfig] for HedgingSettings,
+// which the official client does not allow with message ordering, and for
+// negative thresholds, timeout or goroutine count, or an unknown
+// LimitExceededBehavior. A CountThreshold above
+// pubsub.MaxPublishRequestCount is lowered to it.
 func WithPublishSettings(s pubsub.PublishSettings) Option {
 	return func(c *config) error {
+		invalid := func(what string, v any) error {
+			return fmt.Errorf("keyorder/publisher: %w: WithPublishSettings: %s %v is negative", ErrInvalidConfig, what, v)
+		}
 		switch {
 		case s.HedgingSettings != nil:
-			return errors.New("keyorder/publisher: WithPublishSettings: hedging cannot be used with ordering keys")
-		case s.CountThreshold < 0, s.ByteThreshold < 0, s.DelayThreshold < 0, s.Timeout < 0, s.NumGoroutines < 0:
-			return fmt.Errorf("keyorder/publisher: WithPublishSettings: negative threshold in %+v", s)
+			return fmt.Errorf("keyorder/publisher: %w: WithPublishSettings: hedging cannot be used with ordering keys", ErrInvalidConfig)
+		case s.CountThreshold < 0:
+			return invalid("CountThreshold", s.CountThreshold)
+		case s.ByteThreshold < 0:
+			return invalid("ByteThreshold", s.ByteThreshold)
+		case s.DelayThreshold < 0:
+			return invalid("DelayThreshold", s.DelayThreshold)
+		case s.Timeout < 0:
+			return invalid("Timeout", s.Timeout)
+		case s.NumGoroutines < 0:
+			return invalid("NumGoroutines", s.NumGoroutines)
+		}
+		switch b := s.FlowControlSettings.LimitExceededBehavior; b {
+		case pubsub.FlowControlIgnore, pubsub.FlowControlBlock, pubsub.FlowControlSignalError:
+		default:
+			return fmt.Errorf("keyorder/publisher: %w: WithPublishSettings: unknown LimitExceededBehavior %d", ErrInvalidConfig, b)
 		}
 		s.CountThreshold = min(s.CountThreshold, pubsub.MaxPublishRequestCount)
 		c.settings = s

@@ -2,7 +2,8 @@ package publisher
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 
@@ -23,9 +24,14 @@ type Publisher struct {
 	maxBytes   int          // largest encoded message the service takes on this topic
 	flow       *flowControl // nil when the settings ask for no flow control
 
-	// shards hold the per-key gates (gate.go), spread by key so that
-	// publishers on different keys rarely share a mutex.
+	// shards map keys to their gates (gate.go), spread by key so that
+	// Publish calls on different keys rarely share a map's mutex; each
+	// gate has a mutex of its own.
 	shards [numShards]shard
+	seed   maphash.Seed // of the shards' hash
+	// unordered keeps the flow-control room of unordered messages
+	// (unordered.go); unused without flow control.
+	unordered unordered
 
 	// closeMu orders Publish against Close: Publish holds it for reading
 	// while it checks closed and hands its message over, Close holds it
@@ -34,12 +40,16 @@ type Publisher struct {
 	closed  bool // guarded by closeMu
 
 	// watchers counts the gate goroutines, one per key with messages in
-	// flight. Add is called with the key's shard mutex held, so every Add
-	// happens before Close marks that shard closing and then waits.
+	// flight, and the goroutine that watches unordered messages under
+	// flow control. Add is called by Publish while it holds closeMu for
+	// reading, so every Add happens before Close sets closed and then
+	// waits.
 	watchers sync.WaitGroup
-	// flushing counts the Flush calls under way: held messages sent while
-	// one runs are flushed at once rather than left to the thresholds.
+	// flushing counts the Flush calls under way, and closing is set once
+	// Close has begun: held messages sent while either holds are flushed
+	// at once rather than left to the thresholds (see watch).
 	flushing  atomic.Int32
+	closing   atomic.Bool
 	closeOnce sync.Once
 	done      chan struct{} // closed by shutdown when every result is ready
 }
@@ -48,13 +58,16 @@ type Publisher struct {
 // "projects/P/topics/T" name) of client's project. Like the official
 // client, it does no I/O: a missing topic shows up as failed results.
 //
+// Invalid arguments and options return an error matching
+// [ErrInvalidConfig].
+//
 // The caller keeps ownership of client and closes it after [Publisher.Close].
 func New(client *pubsub.Client, topicID string, opts ...Option) (*Publisher, error) {
 	if client == nil {
-		return nil, errors.New("keyorder/publisher: New with nil client")
+		return nil, fmt.Errorf("keyorder/publisher: %w: nil client", ErrInvalidConfig)
 	}
 	if topicID == "" {
-		return nil, errors.New("keyorder/publisher: New with empty topic ID")
+		return nil, fmt.Errorf("keyorder/publisher: %w: empty topic ID", ErrInvalidConfig)
 	}
 	cfg := config{settings: pubsub.DefaultPublishSettings}
 	for _, opt := range opts {
@@ -66,7 +79,11 @@ func New(client *pubsub.Client, topicID string, opts ...Option) (*Publisher, err
 		pub:        client.Publisher(topicID),
 		defaultKey: cfg.defaultKey,
 		flow:       newFlowControl(cfg.settings.FlowControlSettings),
+		seed:       maphash.MakeSeed(),
 		done:       make(chan struct{}),
+	}
+	if p.flow != nil {
+		p.flow.reclaim = p.reclaim
 	}
 	settings := cfg.settings
 	// keyorder does flow control itself (see flowControl).
@@ -104,33 +121,46 @@ func (p *Publisher) Publish(ctx context.Context, msg *Message, opts ...PublishOp
 			callKey = opt.key
 		}
 	}
-	pm, err := p.prepare(msg, callKey)
+	// The Result is made first and the message prepared in it, which
+	// saves copying the message, and a failure is reported in it too.
+	r := &Result{}
+	size, err := p.prepare(msg, callKey, &r.msg)
 	if err != nil {
-		return failed(err)
+		return r.fail(err)
 	}
+	r.size = size
 	if p.flow != nil {
-		if err := p.flow.acquire(ctx, pm.size); err != nil {
-			return failed(err)
+		if err := p.flow.acquire(ctx, 1, p.flow.bound(size)); err != nil {
+			return r.fail(err)
 		}
+		r.room = true
 	}
 	p.closeMu.RLock()
 	defer p.closeMu.RUnlock()
 	if p.closed {
 		if p.flow != nil {
-			p.flow.release(pm.size)
+			p.flow.release(size)
 		}
-		return failed(ErrClosed)
+		return r.fail(ErrClosed)
 	}
-	r := &Result{key: pm.msg.OrderingKey, msg: pm.msg, size: pm.size}
-	if r.key == "" && p.flow == nil {
+	p.send(ctx, r)
+	return r
+}
+
+// send hands r, with its room reserved, to its key's gate, or to the
+// official client if it has no key. closeMu is held for reading.
+func (p *Publisher) send(ctx context.Context, r *Result) {
+	switch {
+	case r.msg.OrderingKey != "":
+		p.enqueue(ctx, r)
+	case p.flow != nil:
+		p.sendUnordered(ctx, r)
+	default:
 		// Nothing to gate and nothing to release: the official result is
 		// the answer.
-		r.direct = true
 		r.under = p.pub.Publish(ctx, &r.msg)
-		return r
+		r.state.Store(direct)
 	}
-	p.enqueue(ctx, r)
-	return r
 }
 
 // Flush sends every message published before the call without waiting for
@@ -188,20 +218,21 @@ func (p *Publisher) Flush(ctx context.Context) error {
 
 // pending returns the gated Results that are not ready yet: the messages of
 // every key in the official client's hands or held behind a failure.
-// Unordered messages published without flow control are not gated; the
-// official Flush answers for them.
+// Unordered messages are not gated; the official Flush answers for them.
 func (p *Publisher) pending() []*Result {
 	var rs []*Result
 	for i := range p.shards {
 		sh := &p.shards[i]
 		sh.mu.Lock()
 		for _, ks := range sh.keys {
+			ks.mu.Lock()
 			for _, r := range ks.inflight {
 				if !r.isReady() {
 					rs = append(rs, r)
 				}
 			}
 			rs = append(rs, ks.held...)
+			ks.mu.Unlock()
 		}
 		sh.mu.Unlock()
 	}
@@ -220,9 +251,7 @@ func (p *Publisher) Close(ctx context.Context) error {
 		p.closeMu.Lock()
 		p.closed = true
 		p.closeMu.Unlock()
-		for i := range p.shards {
-			p.shards[i].markClosing()
-		}
+		p.closing.Store(true)
 		go p.shutdown()
 	})
 	select {

@@ -1,10 +1,11 @@
 package publisher_test
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"cloud.google.com/go/pubsub/v2"
 	"github.com/stretchr/testify/assert"
@@ -114,35 +115,46 @@ func TestOrderPerKey(t *testing.T) {
 	assert.Equal(t, keys*perKey, report.Records)
 }
 
+// TestNewRejectsBadConfiguration checks that every invalid argument or
+// option of New matches ErrInvalidConfig, and the rule it breaks where
+// there is one.
 func TestNewRejectsBadConfiguration(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	hedged := pubsub.DefaultPublishSettings
-	hedged.HedgingSettings = &pubsub.HedgingSettings{}
-	negative := pubsub.DefaultPublishSettings
-	negative.CountThreshold = -1
+	with := func(edit func(*pubsub.PublishSettings)) []publisher.Option {
+		s := pubsub.DefaultPublishSettings
+		edit(&s)
+		return []publisher.Option{publisher.WithPublishSettings(s)}
+	}
 
 	tests := []struct {
 		name   string
 		client *pubsub.Client
 		topic  string
 		opts   []publisher.Option
-		is     error
+		is     error // besides ErrInvalidConfig
 	}{
 		{"nil client", nil, "t", nil, nil},
 		{"empty topic", e.client, "", nil, nil},
 		{"default key too long", e.client, "t", []publisher.Option{publisher.WithDefaultOrderingKey(string(make([]byte, 1025)))}, ordering.ErrKeyTooLong},
 		{"default key not utf8", e.client, "t", []publisher.Option{publisher.WithDefaultOrderingKey("\xff")}, ordering.ErrKeyNotUTF8},
-		{"hedging", e.client, "t", []publisher.Option{publisher.WithPublishSettings(hedged)}, nil},
-		{"negative threshold", e.client, "t", []publisher.Option{publisher.WithPublishSettings(negative)}, nil},
+		{"hedging", e.client, "t", with(func(s *pubsub.PublishSettings) { s.HedgingSettings = &pubsub.HedgingSettings{} }), nil},
+		{"negative count threshold", e.client, "t", with(func(s *pubsub.PublishSettings) { s.CountThreshold = -1 }), nil},
+		{"negative byte threshold", e.client, "t", with(func(s *pubsub.PublishSettings) { s.ByteThreshold = -1 }), nil},
+		{"negative delay threshold", e.client, "t", with(func(s *pubsub.PublishSettings) { s.DelayThreshold = -time.Millisecond }), nil},
+		{"negative timeout", e.client, "t", with(func(s *pubsub.PublishSettings) { s.Timeout = -time.Second }), nil},
+		{"negative goroutines", e.client, "t", with(func(s *pubsub.PublishSettings) { s.NumGoroutines = -1 }), nil},
+		{"unknown flow control behavior", e.client, "t", with(func(s *pubsub.PublishSettings) { s.FlowControlSettings.LimitExceededBehavior = 7 }), nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			p, err := publisher.New(tt.client, tt.topic, tt.opts...)
-			require.Error(t, err)
+			require.ErrorIs(t, err, publisher.ErrInvalidConfig)
 			assert.Nil(t, p)
+			assert.True(t, strings.HasPrefix(err.Error(), "keyorder/publisher: invalid publisher configuration: "), err.Error())
 			if tt.is != nil {
-				assert.True(t, errors.Is(err, tt.is), "%v is not %v", err, tt.is)
+				assert.ErrorIs(t, err, tt.is)
 			}
 		})
 	}

@@ -16,83 +16,135 @@ import (
 // for the key: a Publish call that starts after Ready is closed is sent
 // after the key's failed tail, never within it (P4, P5).
 type Result struct {
-	// ready is set once id and err are final, with mu held.
-	ready atomic.Bool
-	// mu guards ch. The channel is made only for a caller that waits
-	// while the result is pending: most results are ready before anyone
-	// looks, and then cost no channel.
-	mu  sync.Mutex
-	ch  chan struct{} // closed by resolve; nil if no one waited
-	id  string
-	err error
+	// Its 192 bytes, three cache lines, start on a line: Go allocates
+	// objects of that size at multiples of 192 in page-aligned spans. The
+	// first line holds all that a watch goroutine reads and writes when a
+	// message is published, and all that Get reads then: settling a
+	// message, and reading its outcome, touch one line (see settleDone).
 
-	// key is the message's ordering key.
-	key string
+	// state is pending, waited (pending, and ch made for a waiter),
+	// published or failed; it becomes published or failed once, after
+	// the outcome is written. A direct result (an unordered message) is
+	// direct from the start: its outcome is under's.
+	state atomic.Uint32
+	size  int32 // encoded size, released from flow control when the message is done
 	// under is the official client's result while the message is in its
-	// hands; the key's gate clears it once it has seen it ready. A direct
-	// result (an unordered message) is under itself: there is no tail to
-	// fail and no key to gate.
-	under  *pubsub.PublishResult
-	direct bool
-
+	// hands; the key's gate clears it once it has seen it ready, with mu
+	// held if the message failed, as Retry reads it then. A direct result
+	// keeps it: it is the answer.
+	under *pubsub.PublishResult
 	// msg is the message as the official client takes it, kept here to
-	// save an allocation. It is handed over when the message is sent:
-	// at once, or after the key's failed tail has drained (P5). The gate
-	// clears it once the official client is done with it.
-	msg  pubsub.Message
-	size int // encoded size, released from flow control when the message is done
+	// save an allocation; msg.OrderingKey is the message's key. It is
+	// handed over when the message is sent: at once, or after the key's
+	// failed tail has drained (P5). Once the message is published, msg.ID
+	// holds the server's ID (the official client ignores ID when it
+	// publishes) and the caller's data and attributes are dropped. A
+	// failed message keeps them for Retry, which drops them.
+	msg pubsub.Message
+
+	err error // why the message failed, once state is failed
+	// seq orders the Publish calls of a key, for Retry (P3): it counts
+	// the messages of the key's shard. Set by the gate; 0 for unordered
+	// messages, which have no order to keep.
+	seq uint64
+	// mu guards ch, taken, and under and msg once the message has failed.
+	// The channel is made only for a caller that waits while the result
+	// is pending: most results are ready before anyone looks, and then
+	// cost no channel.
+	mu sync.Mutex
+	ch chan struct{} // closed by resolve; nil if no one waited
+	// room is set while the message holds flow-control room. Once the
+	// message has failed, Retry may move the room to the message's next
+	// Result, so from then on room is guarded by the mutex of the list
+	// that holds the Result: its key's gate, or the unordered list.
+	// Whoever clears it releases the room.
+	room bool
+	// taken is set once Retry has taken msg to send it again. Guarded by
+	// mu.
+	taken bool
+	_     [16]byte // to 192 bytes, which keeps the first line whole
 }
+
+// Result states.
+const (
+	pending uint32 = iota
+	waited
+	published
+	failed
+	direct
+)
 
 // closed is a channel that is always closed: the ready channel of results
 // that are ready before anyone asks.
 var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// failed returns a result that is already ready with err.
-func failed(err error) *Result {
-	r := &Result{err: err}
-	r.ready.Store(true)
+// fail makes r, which was never sent, ready with err, and returns it. It
+// lets go of the message: the caller still has it, and Retry takes only
+// messages that failed in the service.
+func (r *Result) fail(err error) *Result {
+	r.msg = pubsub.Message{}
+	r.room = false
+	r.err = err
+	r.state.Store(failed)
 	return r
 }
 
-// resolve makes r ready with the server's ID or an error. It is called
-// once, with the key's shard mutex held, so that the failure a Result
-// reports and the state of its key change together.
+// resolve makes r ready with the server's ID or an error. Only the key's
+// watch goroutine calls it, once: for a failure with the key's gate mutex
+// held, so that the failure a Result reports and the state of its key
+// change together (P4, P5).
 func (r *Result) resolve(id string, err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.id, r.err = id, err
-	r.ready.Store(true)
-	if r.ch != nil {
+	outcome := published
+	if err != nil {
+		r.err, outcome = err, failed
+	} else {
+		r.msg.ID = id
+	}
+	if r.state.Swap(outcome) == waited {
+		r.mu.Lock()
 		close(r.ch)
+		r.mu.Unlock()
 	}
 }
 
+// isDirect reports whether r is an unordered message's, answered by the
+// official result. It never changes once Publish has returned r.
+func (r *Result) isDirect() bool { return r.state.Load() == direct }
+
+// hasFailed reports whether r is ready with a failure.
+func (r *Result) hasFailed() bool { return r.state.Load() == failed }
+
 // isReady reports whether r is ready, without waiting.
 func (r *Result) isReady() bool {
-	if r.direct {
+	switch r.state.Load() {
+	case published, failed:
+		return true
+	case direct:
 		return readyNow(r.under)
 	}
-	return r.ready.Load()
+	return false
 }
 
 // Ready returns a channel that is closed when the result is ready. After
 // that, Get does not block.
 func (r *Result) Ready() <-chan struct{} {
-	if r.direct {
-		return r.under.Ready()
-	}
-	if r.ready.Load() {
+	switch r.state.Load() {
+	case published, failed:
 		return closed
+	case direct:
+		return r.under.Ready()
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.ready.Load() {
-		return closed
-	}
 	if r.ch == nil {
 		r.ch = make(chan struct{})
 	}
-	return r.ch
+	// resolve closes ch only if it finds the state waited; once ready,
+	// ch is never closed, and closed stands in for it.
+	if r.state.CompareAndSwap(pending, waited) || r.state.Load() == waited {
+		return r.ch
+	}
+	return closed
 }
 
 // Get blocks until the message is published or has failed, or ctx ends. It
@@ -108,12 +160,33 @@ func (r *Result) Get(ctx context.Context) (id string, err error) {
 			return "", ctx.Err()
 		}
 	}
-	if r.direct {
+	switch r.state.Load() {
+	case published:
+		return r.msg.ID, nil
+	case direct:
 		id, err := r.under.Get(context.Background())
 		if err != nil {
-			return "", &PublishError{Key: r.key, Err: err}
+			// Direct results are unordered: no key.
+			return "", &PublishError{Err: err}
 		}
 		return id, nil
 	}
-	return r.id, r.err
+	return "", r.err
+}
+
+// letGo records that the official client is done with the failed message
+// of r: Retry may then clear msg. It is called by the gate.
+func (r *Result) letGo() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.under = nil
+	if r.taken {
+		r.dropMessage()
+	}
+}
+
+// dropMessage lets go of the caller's data and attributes once no one
+// needs them: the key and the unset fields can stay.
+func (r *Result) dropMessage() {
+	r.msg.Data, r.msg.Attributes = nil, nil
 }

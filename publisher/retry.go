@@ -1,0 +1,256 @@
+package publisher
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"cloud.google.com/go/pubsub/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Retry publishes again the messages of failed, Results of p that failed
+// with a [*PublishError], and returns their new Results in the same order
+// as failed. It is how a key's failed tail is retried (P4):
+//
+//	var failed []*publisher.Result
+//	for _, r := range results {
+//		if _, err := r.Get(ctx); publisher.Retryable(err) {
+//			failed = append(failed, r)
+//		}
+//	}
+//	retried, err := p.Retry(ctx, failed...)
+//
+// The messages of each key are sent in the order of their first Publish
+// calls, whatever their order in failed, so a tail retried in one call
+// keeps its order (P3). They are sent after every message of their key
+// published before Retry, including any published after the failure was
+// reported, which the key sent normally (P5): to keep a key's original
+// order, retry its failed tail before publishing the key again, and retry
+// a key's failures in the order they were reported.
+//
+// Retry sends every message or none. It sends nothing and returns an
+// error if one of failed has not failed with a *PublishError, was retried
+// already or is given twice ([ErrNotRetryable]); if flow control refuses
+// the messages, or ctx ends while Retry waits for room (see
+// [WithPublishSettings]); or after Close ([ErrClosed]). The Results in
+// failed can then be retried again. Retry needs room for all of its
+// messages at once; a message whose room the failed attempt still holds,
+// because the official client has not yet let go of it, takes that room
+// over.
+//
+// A failed Result keeps its message, Data and Headers as given to Publish,
+// so that it can be retried: do not modify them until you have retried or
+// dropped the Result. Retry moves the message to the new Result.
+func (p *Publisher) Retry(ctx context.Context, failed ...*Result) ([]*Result, error) {
+	msgs := make([]pubsub.Message, len(failed))
+	for i, r := range failed {
+		m, err := r.take()
+		if err != nil {
+			for _, t := range failed[:i] {
+				t.untake()
+			}
+			return nil, fmt.Errorf("keyorder/publisher: Retry: result %d: %w", i, err)
+		}
+		msgs[i] = m
+	}
+	// The messages of a key go in the order of their first Publish calls
+	// (P3): seq counts them in the key's shard.
+	order := make([]int, len(failed))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		return cmp.Compare(failed[a].seq, failed[b].seq)
+	})
+
+	var moved []bool // moved[i]: failed[i]'s room was taken over
+	if p.flow != nil {
+		moved = make([]bool, len(failed))
+		var n, bytes int64
+		for i, r := range failed {
+			if moved[i] = p.takeRoom(r, msgs[i].OrderingKey); !moved[i] {
+				n++
+				bytes += p.flow.bound(r.size)
+			}
+		}
+		if n > 0 {
+			if err := p.flow.acquire(ctx, n, bytes); err != nil {
+				p.undoRetry(failed, msgs, moved)
+				return nil, err
+			}
+		}
+	}
+
+	p.closeMu.RLock()
+	defer p.closeMu.RUnlock()
+	if p.closed {
+		if p.flow != nil {
+			for i, r := range failed {
+				if !moved[i] {
+					p.flow.release(r.size)
+				}
+			}
+		}
+		p.undoRetry(failed, msgs, moved)
+		return nil, ErrClosed
+	}
+	retried := make([]*Result, len(failed))
+	for _, i := range order {
+		r := &Result{msg: msgs[i], size: failed[i].size, room: p.flow != nil}
+		p.send(ctx, r)
+		retried[i] = r
+	}
+	for _, r := range failed {
+		r.dropTaken()
+	}
+	return retried, nil
+}
+
+// take returns r's message for Retry and marks it taken, or an error
+// matching ErrNotRetryable.
+func (r *Result) take() (pubsub.Message, error) {
+	if r == nil {
+		return pubsub.Message{}, fmt.Errorf("%w: nil Result", ErrNotRetryable)
+	}
+	if !r.isReady() {
+		return pubsub.Message{}, fmt.Errorf("%w: not ready", ErrNotRetryable)
+	}
+	_, err := r.Get(context.Background())
+	var pe *PublishError
+	if !errors.As(err, &pe) {
+		return pubsub.Message{}, fmt.Errorf("%w: did not fail with a *PublishError, but with %v", ErrNotRetryable, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.taken {
+		return pubsub.Message{}, fmt.Errorf("%w: retried already", ErrNotRetryable)
+	}
+	r.taken = true
+	return r.msg, nil
+}
+
+// untake gives back the message that take took, for a Retry that sent
+// nothing.
+func (r *Result) untake() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.taken = false
+}
+
+// dropTaken clears the message that Retry has sent again, unless the
+// official client may still read it: then letGo clears it.
+func (r *Result) dropTaken() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.isDirect() || r.under == nil {
+		r.dropMessage()
+	}
+}
+
+// takeRoom takes over the flow-control room that the failed message r,
+// of ordering key key, still holds, and reports whether it did. r's room
+// is guarded by the mutex of the list that holds it: the unordered list,
+// or its key's gate. A keyed message leaves its gate, and its room, before
+// the gate is deleted.
+func (p *Publisher) takeRoom(r *Result, key string) bool {
+	if r.isDirect() {
+		u := &p.unordered
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		had := r.room
+		r.room = false
+		return had
+	}
+	ks := p.gate(key)
+	if ks == nil {
+		return false
+	}
+	defer ks.mu.Unlock()
+	had := r.room
+	r.room = false
+	return had
+}
+
+// undoRetry gives back what a Retry that sends nothing took: each message,
+// and each room taken over, to its failed Result if that still holds its
+// message in the official client, or else to flow control.
+func (p *Publisher) undoRetry(failed []*Result, msgs []pubsub.Message, moved []bool) {
+	for i, r := range failed {
+		if moved != nil && moved[i] && !p.giveRoom(r, msgs[i].OrderingKey) {
+			p.flow.release(r.size)
+		}
+		r.untake()
+	}
+}
+
+// giveRoom gives r, of ordering key key, back the room takeRoom took, and
+// reports whether it could: not once r has left its list, whose owner
+// would not release it.
+func (p *Publisher) giveRoom(r *Result, key string) bool {
+	if r.isDirect() {
+		u := &p.unordered
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		if slices.Contains(u.inflight, r) {
+			r.room = true
+			return true
+		}
+		return false
+	}
+	ks := p.gate(key)
+	if ks == nil {
+		return false
+	}
+	defer ks.mu.Unlock()
+	if slices.Contains(ks.inflight, r) {
+		r.room = true
+		return true
+	}
+	return false
+}
+
+// Retryable reports whether err, as returned by [Result.Get], is a publish
+// failure that may succeed if retried with [Publisher.Retry]: a
+// [*PublishError] whose cause is transient. The official client has
+// already retried such causes for the publish Timeout (60 s by default,
+// see [WithPublishSettings]) before reporting them:
+//
+//   - Unavailable, DeadlineExceeded, ResourceExhausted, Aborted, Internal
+//     and Unknown status codes;
+//   - context.DeadlineExceeded: the publish Timeout ran out between two
+//     attempts.
+//
+// Every other cause is permanent, and retrying sends the same request to
+// the same refusal: NotFound (the topic does not exist), PermissionDenied
+// and Unauthenticated (the credentials), InvalidArgument (a message the
+// service refused: keyorder checks the limits it knows before sending,
+// P6), FailedPrecondition, and the rest. A message of a key's tail
+// (Skipped) carries the cause of the failure that stopped its key, so it
+// is retryable exactly when that failure is.
+//
+// Retryable is false for every other error: a *ValidationError (fix the
+// message), a flow control error (publish it again when there is room),
+// [ErrClosed], and the ctx error of a Get whose wait ended while the
+// publish goes on.
+func Retryable(err error) bool {
+	var pe *PublishError
+	if !errors.As(err, &pe) || pe.Err == nil {
+		return false
+	}
+	if errors.Is(pe.Err, context.DeadlineExceeded) {
+		return true
+	}
+	s, ok := status.FromError(pe.Err)
+	if !ok {
+		return false
+	}
+	switch s.Code() {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted, codes.Internal, codes.Unknown:
+		return true
+	}
+	return false
+}
