@@ -56,11 +56,12 @@ func BenchmarkIsolation(b *testing.B) {
 		})
 	}
 
-	// spin holds the CPU for d, as a handler's own work does.
-	spin := func(d time.Duration) {
-		for end := time.Now().Add(d); time.Now().Before(end); {
-		}
-	}
+	// spin does a handler's own work: a fixed amount of computation that
+	// takes d of CPU on this machine, measured once. A loop on the clock
+	// would finish early whenever the goroutine is preempted, and favour
+	// whichever side runs more handlers at once.
+	rounds := cpuRounds(work)
+	spin := func() { burn(rounds) }
 
 	type badKind struct {
 		name string
@@ -71,8 +72,8 @@ func BenchmarkIsolation(b *testing.B) {
 	kinds := []badKind{
 		{
 			name:     "poison",
-			official: func(m *pubsub.Message) { spin(work); m.Nack() },
-			keyorder: func(context.Context) error { spin(work); return errInjected },
+			official: func(m *pubsub.Message) { spin(); m.Nack() },
+			keyorder: func(context.Context) error { spin(); return errInjected },
 		},
 		{
 			name: "slow",
@@ -104,7 +105,7 @@ func BenchmarkIsolation(b *testing.B) {
 				if d.Key == "bad-key" {
 					return bad.keyorder(ctx)
 				}
-				spin(work)
+				spin()
 				good()
 				return nil
 			})
@@ -121,7 +122,7 @@ func BenchmarkIsolation(b *testing.B) {
 					bad.official(m)
 					return
 				}
-				spin(work)
+				spin()
 				m.Ack()
 				good()
 			})
@@ -208,4 +209,31 @@ func BenchmarkIsolation(b *testing.B) {
 			}
 		}
 	}
+}
+
+// sink keeps burn's result alive.
+var sink atomic.Uint64
+
+// burn does n rounds of arithmetic that cannot be optimised away.
+func burn(n int) {
+	x := uint64(n)
+	for i := 0; i < n; i++ {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+	}
+	sink.Add(x)
+}
+
+// cpuRounds returns how many rounds of burn take d on this machine: the
+// fastest of several trials, the one least disturbed by other work.
+func cpuRounds(d time.Duration) int {
+	const probe = 1 << 20
+	best := time.Duration(1<<63 - 1)
+	for i := 0; i < 7; i++ {
+		start := time.Now()
+		burn(probe)
+		best = min(best, time.Since(start))
+	}
+	return max(1, int(float64(probe)*d.Seconds()/best.Seconds()))
 }
