@@ -54,6 +54,10 @@ func TestFilteredSubscription(t *testing.T) {
 	assert.Equal(t, want, data())
 	assert.Equal(t, len(want), f.srv.Stats(filtered).Delivered)
 
+	// Seek once the server has seen the stream close: messages sent back
+	// onto a stream the client has left wait out their lease, here as on
+	// the service.
+	f.waitFor("the stream to close", func() bool { return f.srv.Stats(filtered).Streams == 0 })
 	f.seek(filtered, start)
 	data, stop = f.receiveData(filtered)
 	f.waitFor("the matching messages again", func() bool { return len(data()) == len(want) })
