@@ -59,14 +59,12 @@ func (s *Subscription) Receive(ctx context.Context, h Handler) error {
 	if err != nil {
 		return err
 	}
-	if s.parking != nil {
-		if ctx, err = startParking(ctx, r); ctx == nil { // park.go: sets r.park
-			return err
-		}
+	defer r.cancelHandlers()
+	if ctx, err = r.start(ctx); ctx == nil {
+		return err
 	}
 	s.current.Store(r)
 	defer s.current.Store(nil)
-	defer r.cancelHandlers()
 
 	official := s.client.Subscriber(s.name)
 	official.ReceiveSettings = s.cfg.receive
@@ -84,19 +82,10 @@ func (s *Subscription) Receive(ctx context.Context, h Handler) error {
 		pulled = nil
 	}
 	r.shutdown()
-	if r.park != nil {
-		r.park.shutdown()
-	}
 	if pulled != nil {
 		pullErr = <-pulled
 	}
-	if r.park != nil {
-		pullErr = r.park.stop(pullErr)
-	}
-	if r.confirm != nil {
-		r.confirm.stop(s.cfg.drainTimeout)
-	}
-	return pullErr
+	return r.finish(pullErr)
 }
 
 // receiver is the state of one Receive call.
@@ -144,12 +133,40 @@ func newReceiver(ctx context.Context, s *Subscription, h Handler) (*receiver, er
 		tries:          newAttempts(),
 	}
 	r.room.init(&s.cfg, s.deadLetterAttempts)
-	if s.exactlyOnce {
+	r.obs = newRecorder(s, r.gauges)
+	return r, nil
+}
+
+// start starts what runs beside the lanes: parking, which first catches
+// up with its control log (park.go), and the watch of ack answers on an
+// exactly-once subscription (exactlyonce.go). It returns the context
+// Receive must pull with, or a nil one, with the error or with nil if ctx
+// ended meanwhile, when Receive must return at once; nothing it started
+// then runs on.
+func (r *receiver) start(ctx context.Context) (context.Context, error) {
+	if r.s.parking != nil {
+		var err error
+		if ctx, err = startParking(ctx, r); ctx == nil { // sets r.park
+			return nil, err
+		}
+	}
+	if r.s.exactlyOnce {
 		r.confirm = &confirmer{}
 		r.confirm.start(r)
 	}
-	r.obs = newRecorder(s, r.gauges)
-	return r, nil
+	return ctx, nil
+}
+
+// finish waits, once the official Receive has returned, for what start
+// started, and returns the error Receive returns.
+func (r *receiver) finish(pullErr error) error {
+	if r.park != nil {
+		pullErr = r.park.stop(pullErr)
+	}
+	if r.confirm != nil {
+		r.confirm.stop(r.cfg.drainTimeout)
+	}
+	return pullErr
 }
 
 // maxPoolQueue is the largest queue the worker pool allows.
@@ -367,4 +384,7 @@ func (r *receiver) shutdown() {
 	cancel()
 	r.clock.wg.Wait()
 	r.obs.close()
+	if r.park != nil {
+		r.park.shutdown()
+	}
 }
