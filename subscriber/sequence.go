@@ -29,6 +29,14 @@ import (
 // The first stamp of a (key, producer) seen in a Receive starts its
 // sequence: nothing is reported missing before it.
 //
+// A producer that counts a key afresh starts a new epoch of its numbers
+// (see [ordering.Stamp], Epochs), whose numbers are all above the old
+// epoch's. A number of a higher epoch than the last one seen starts a new
+// run: its first number is 1, and a higher one is a gap from 1; the jump
+// from the old epoch is not a gap, since only the producer knew where the
+// old epoch stopped. A number of a lower epoch is below the highest
+// processed, hence a copy.
+//
 // The state is bounded like the ID window: the [WithSequenceWindow] most
 // recently active (key, producer) pairs are remembered, the least recently
 // active forgotten first, so idle keys do not pile up. A pair forgotten
@@ -38,7 +46,8 @@ import (
 
 // A Gap is a run of a producer's sequence numbers for a key that Receive
 // has not processed, found when a later number of the same key and
-// producer came up for processing. [WithGapHandler] is told of each.
+// producer came up for processing. [WithGapHandler] is told of each. A gap
+// lies within one epoch of the producer's numbers ([ordering.SplitSeq]).
 type Gap struct {
 	Key      string
 	Producer string
@@ -92,11 +101,21 @@ func (s *sequences) check(key string, st ordering.Stamp) (copied bool, gap *Gap)
 	if st.Seq <= e.done {
 		return true, nil
 	}
-	if from := max(e.done, e.edge) + 1; st.Seq > from {
+	if from := expected(max(e.done, e.edge), st.Seq); st.Seq > from {
 		gap = &Gap{Key: key, Producer: st.Producer, From: from, To: st.Seq - 1, Seq: st.Seq}
 	}
 	e.edge = max(e.edge, st.Seq-1)
 	return false, gap
+}
+
+// expected returns the number expected after last, the highest processed or
+// reported missing, when seq comes: last+1, or the first number of seq's
+// epoch if seq starts a higher one. A gap is never reported across epochs.
+func expected(last, seq uint64) uint64 {
+	if epoch, _ := ordering.SplitSeq(seq); epoch > uint32(last>>32) {
+		return ordering.MakeSeq(epoch, 1)
+	}
+	return last + 1
 }
 
 // done records that the delivery with stamp st was processed.
