@@ -1,6 +1,7 @@
 package subscriber
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/keyorder/keyorder/ordering"
@@ -71,6 +72,10 @@ type seqEntry struct {
 	// place, or one that failed for good and was dead-lettered, is not
 	// reported twice.
 	done, edge uint64
+	// again holds numbers at or below done that are to run again, once
+	// each: their acks failed on an exactly-once subscription (undo).
+	// Nearly always empty.
+	again []uint64
 	// prev and next link the entries from the most to the least recently
 	// active.
 	prev, next *seqEntry
@@ -99,6 +104,10 @@ func (s *sequences) check(key string, st ordering.Stamp) (copied bool, gap *Gap)
 	defer s.mu.Unlock()
 	e := s.touch(seqID{key, st.Producer}, st.Seq-1)
 	if st.Seq <= e.done {
+		if i := slices.Index(e.again, st.Seq); i >= 0 {
+			e.again = slices.Delete(e.again, i, i+1)
+			return false, nil
+		}
 		return true, nil
 	}
 	if from := expected(max(e.done, e.edge), st.Seq); st.Seq > from {
@@ -126,6 +135,28 @@ func (s *sequences) done(key string, st ordering.Stamp) {
 	e.done = max(e.done, st.Seq)
 	e.edge = max(e.edge, e.done)
 }
+
+// undo records that the delivery with stamp st, processed, was not acked
+// after all (its ack failed on an exactly-once subscription), so that it
+// runs again when the service delivers it again, as its ID does in the S6
+// window. A sequence forgotten since needs nothing: it starts over.
+func (s *sequences) undo(key string, st ordering.Stamp) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.m[seqID{key, st.Producer}]
+	switch {
+	case e == nil || st.Seq > e.done:
+	case st.Seq == e.done && len(e.again) == 0:
+		e.done--
+	case len(e.again) < maxAgain && !slices.Contains(e.again, st.Seq):
+		e.again = append(e.again, st.Seq)
+	}
+}
+
+// maxAgain bounds the numbers of one sequence waiting to run again; past
+// it, a message whose ack failed is taken as a copy when it comes back,
+// unless its ID does not show it processed.
+const maxAgain = 64
 
 // touch returns the entry of id, made with done and edge at start if it is
 // new, as the most recently active; a new entry in a full window takes the
@@ -172,7 +203,7 @@ func (r *receiver) copyOfProcessed(j *job) bool {
 	d := &j.d
 	copied, gap := r.seqs.check(d.Key, ordering.Stamp{Producer: d.Producer, Seq: d.Seq})
 	ctx := handlerContext{Context: j.ctx, life: r.handlerCtx}
-	if copied {
+	if copied && r.cfg.dedupWindow > 0 {
 		r.s.counts.duplicates.Add(1)
 		r.obs.sequenceDuplicate(ctx, d.Key, d.Producer, d.Seq, d.ID)
 		return true

@@ -228,3 +228,37 @@ func BenchmarkSequenceCheck(b *testing.B) {
 		}
 	})
 }
+
+// TestSequenceUndo checks that a processed number whose ack failed runs
+// again once, whether or not later numbers were processed since, and that
+// undoing a number never processed changes nothing.
+func TestSequenceUndo(t *testing.T) {
+	t.Parallel()
+	s := newSequences(10)
+	run := func(seq uint64) (copied bool) {
+		st := ordering.Stamp{Producer: "p", Seq: seq}
+		copied, gap := s.check("k", st)
+		require.Nil(t, gap, "seq %d", seq)
+		if !copied {
+			s.done("k", st)
+		}
+		return copied
+	}
+	undo := func(seq uint64) { s.undo("k", ordering.Stamp{Producer: "p", Seq: seq}) }
+	for seq := uint64(1); seq <= 3; seq++ {
+		require.False(t, run(seq))
+	}
+	undo(3) // the last processed
+	assert.False(t, run(3), "3 runs again")
+	assert.True(t, run(3), "once")
+	undo(2) // 3 was processed after it
+	assert.False(t, run(2), "2 runs again")
+	assert.True(t, run(2), "once")
+	undo(9) // never processed
+	assert.False(t, run(4))
+	assert.True(t, run(3), "3 is still processed")
+	undo(1)
+	undo(1)
+	assert.False(t, run(1), "1 runs again")
+	assert.True(t, run(1), "an ack failing twice before the message came back runs it once")
+}
