@@ -31,5 +31,6 @@
 // copy of a message stored twice under two message IDs from a new one, and
 // to see numbers that never arrived. [Stamp.Put] writes a stamp,
 // [ParseStamp] reads it, and [Stamp.Size] is its cost in bytes against the
-// service's limits.
+// service's limits. A producer that counts a key afresh starts a new epoch
+// of its numbers, so that none is reused: [MakeSeq] and [SplitSeq].
 package ordering

@@ -60,3 +60,16 @@ func ExampleParseStamp() {
 	// true <nil>
 	// true
 }
+
+// A publisher that starts counting a key afresh takes a new epoch, so that
+// its numbers keep increasing and none is reused.
+func ExampleSplitSeq() {
+	first := ordering.MakeSeq(5, 1) // epoch 5, the key's first message
+	later := ordering.MakeSeq(9, 1) // the key counted afresh, in epoch 9
+	fmt.Println(first, later, later > first)
+	epoch, n := ordering.SplitSeq(later)
+	fmt.Println(epoch, n)
+	// Output:
+	// 21474836481 38654705665 true
+	// 9 1
+}

@@ -36,19 +36,36 @@ const MaxStampBytes = 191
 // stands in that producer's sequence for the key. It travels as two
 // attributes, [ProducerAttribute] and [SeqAttribute].
 //
-// A producer numbers each key's messages from 1, in publish order, and
-// never uses a number twice, not even for a message whose publish failed:
-// the service may have stored it all the same, and a reused number would
-// make its successor look like a copy of it. So two deliveries with the
-// same stamp are copies of one publish (a retried request the service
-// stored twice, under two message IDs), and a number skipped between two
-// deliveries is a message that was never stored, or that this subscriber
-// did not process.
+// A producer numbers each key's messages in publish order and never uses a
+// number twice, not even for a message whose publish failed: the service
+// may have stored it all the same, and a reused number would make its
+// successor look like a copy of it. So two deliveries with the same stamp
+// are copies of one publish (a retried request the service stored twice,
+// under two message IDs), and a number skipped between two deliveries is a
+// message that was never stored, or that this subscriber did not process.
+//
+// # Epochs
+//
+// A producer that cannot remember every key's last number, because keys
+// come and go without end, numbers in epochs: Seq is epoch<<32 | n (see
+// [MakeSeq] and [SplitSeq]). Each time it starts counting a key afresh, it
+// takes a new epoch, higher than every epoch it gave before, and numbers
+// the key's messages n = 1, 2, 3... within it. A key's numbers then
+// increase across epochs, so "higher is newer" holds for the whole Seq,
+// and none is reused. A subscriber checks the numbers within an epoch as
+// above; a higher epoch starts a new run, whose first number is 1 (a
+// first number above 1 is a gap within the new epoch), and the numbers
+// left unused at the end of the old epoch are not a gap, since only the
+// producer knew where it stopped. A lower epoch is an older message: a
+// copy. keyorder's publisher keeps epochs below 2^31, so that Seq fits an
+// int64 column, as it does in examples/inbox. A producer that counts from
+// 1 for ever, as one that stamps by hand may, numbers in epoch 0.
 //
 // A producer ID names one sequence per key. Two publishers must not share
 // one at the same time, and a stable ID reused after a restart must go on
-// from the numbers it had reached: starting again from 1 would make the
-// new messages look like copies of the old ones.
+// from the numbers it had reached: starting again would make the new
+// messages look like copies of the old ones. keyorder's publisher stamps
+// each process run as a producer of its own (see publisher.WithProducerID).
 //
 // The zero Stamp means "not stamped".
 type Stamp struct {
@@ -155,6 +172,16 @@ func mapEntrySize(k, v int) int {
 func fieldSize(n int) int {
 	return 1 + (bits.Len64(uint64(n)|1)+6)/7 + n
 }
+
+// MakeSeq returns the sequence number n of epoch epoch: epoch<<32 | n
+// (see [Stamp], Epochs). Numbers of a higher epoch are higher than every
+// number of a lower one.
+func MakeSeq(epoch, n uint32) uint64 { return uint64(epoch)<<32 | uint64(n) }
+
+// SplitSeq returns the epoch of seq and its number within the epoch, the
+// inverse of [MakeSeq]. A sequence counted from 1 without epochs is in
+// epoch 0.
+func SplitSeq(seq uint64) (epoch, n uint32) { return uint32(seq >> 32), uint32(seq) }
 
 // truncate shortens s for an error message.
 func truncate(s string) string {

@@ -176,3 +176,26 @@ func BenchmarkParseStamp(b *testing.B) {
 		_, _ = ordering.ParseStamp(attrs)
 	}
 }
+
+func TestSeqEpochs(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		epoch, n uint32
+		seq      uint64
+	}{
+		{0, 1, 1},
+		{0, math.MaxUint32, math.MaxUint32},
+		{1, 0, 1 << 32},
+		{1, 1, 1<<32 + 1},
+		{7, 42, 7<<32 + 42},
+		{math.MaxUint32, math.MaxUint32, math.MaxUint64},
+	}
+	for _, tc := range tests {
+		assert.Equal(t, tc.seq, ordering.MakeSeq(tc.epoch, tc.n), "MakeSeq(%d, %d)", tc.epoch, tc.n)
+		e, n := ordering.SplitSeq(tc.seq)
+		assert.Equal(t, [2]uint32{tc.epoch, tc.n}, [2]uint32{e, n}, "SplitSeq(%d)", tc.seq)
+	}
+	// Higher is newer across epochs: the last number of an epoch is below
+	// the first of the next.
+	assert.Less(t, ordering.MakeSeq(3, math.MaxUint32), ordering.MakeSeq(4, 1))
+}

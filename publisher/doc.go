@@ -41,6 +41,19 @@
 // Invalid messages fail with a [*ValidationError] before anything is sent,
 // and do not affect their key (P6).
 //
+// # Stamps
+//
+// Every keyed message carries two attributes, its producer's ID and its
+// number in the producer's sequence for its key ([ordering.Stamp]), so
+// that a subscriber can ack unrun a copy the service stored twice and
+// report the numbers that never arrived (S12 and P9). Each Publisher is a
+// producer of its own ([Publisher.Producer], [WithProducerID]), numbers
+// each key's messages from 1 in publish order, and never gives a number
+// twice: [Publisher.Retry] numbers a failed tail anew, and a key whose
+// counter was dropped (the counters of the 16,384 most recently idle keys
+// are kept, P7) is counted again in a higher epoch. The stamp counts
+// against the service's limits (P6); [WithoutStamps] turns it off.
+//
 // # Flushing and closing
 //
 // The official client batches messages by count, size and delay (see
@@ -50,7 +63,9 @@
 //
 // # Cost
 //
-// A key with nothing outstanding leaves no state behind (P7). A key with
+// A key with nothing outstanding leaves no state behind (P7), but for its
+// stamp counter, kept among the 16,384 most recently idle (about 100 bytes
+// each). A key with
 // messages in flight costs a gate of 144 bytes and one goroutine, which
 // waits for the official client's results of that key in order and wakes
 // once per batch. Each message costs a [Result] of 192 bytes, which lets go

@@ -57,6 +57,12 @@ var ErrReservedAttribute = errors.New(`attribute key has the reserved "goog" pre
 // every later message of its key (P4).
 var ErrAttributeNotUTF8 = errors.New("attribute is not valid UTF-8")
 
+// ErrStampAttribute is returned by [Publisher.Publish] for a message the
+// publisher stamps (a keyed message, unless [WithoutStamps]) whose headers
+// already name a stamp attribute, [ordering.ProducerAttribute] or
+// [ordering.SeqAttribute]: the stamp is the publisher's to set.
+var ErrStampAttribute = errors.New("header is a stamp attribute")
+
 // ValidationError reports a message rejected by [Publisher.Publish] before
 // anything was sent (P6). Rejection does not pause the message's key: the
 // next valid message of the key is published normally.

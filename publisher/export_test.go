@@ -26,3 +26,19 @@ func HoldsMessage(r *Result) bool {
 	defer r.mu.Unlock()
 	return r.msg.Data != nil || r.msg.Attributes != nil
 }
+
+// SetCounterWindow makes each of p's shards keep at most window counters
+// of idle keys per generation. Call it before the first Publish.
+func SetCounterWindow(p *Publisher, window int) { p.counterWindow = window }
+
+// KeptCounters returns the number of idle keys' counters p keeps.
+func KeptCounters(p *Publisher) int {
+	n := 0
+	for i := range p.shards {
+		sh := &p.shards[i]
+		sh.mu.Lock()
+		n += sh.counters.len()
+		sh.mu.Unlock()
+	}
+	return n
+}

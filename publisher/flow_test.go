@@ -37,7 +37,8 @@ func TestFlowControl(t *testing.T) {
 			ctx := testContext(t)
 			s := settings(1)
 			s.FlowControlSettings = tc.fc
-			p := e.newPublisher(t, publisher.WithPublishSettings(s))
+			// Without stamps, which would add to each message's size.
+			p := e.newPublisher(t, publisher.WithPublishSettings(s), publisher.WithoutStamps())
 			pub := func(ctx context.Context, i int) *publisher.Result {
 				// 17 bytes encoded: two fit in 40 bytes, three do not.
 				return p.Publish(ctx, &publisher.Message{Data: []byte(fmt.Sprintf("message-%04d", i))}, publisher.WithOrderingKey("k"))

@@ -26,6 +26,8 @@ type shard struct {
 	keys map[string]*keyState // keys with messages outstanding; guarded by mu
 	peak int                  // largest len(keys) since keys was made; guarded by mu
 	seq  uint64               // messages enqueued so far, for Result.seq; guarded by mu
+	// counters keeps the counters of idle keys (stamp.go); guarded by mu.
+	counters counters
 }
 
 // keyState is the gate of one key with messages outstanding. It exists
@@ -55,6 +57,10 @@ type keyState struct {
 	// resumed: given to the official client now, they would fail too, as
 	// it keeps the key paused.
 	held []*Result
+	// counter numbers the key's messages (stamp.go). It is taken from the
+	// shard's counters when the gate is made, and kept there when the
+	// gate is deleted, both with the shard's mutex held.
+	counter counter
 	// first is inflight's first array, allocated with the keyState: most
 	// keys go idle before they have more messages in flight.
 	first [8]*Result
@@ -87,6 +93,9 @@ func (p *Publisher) enqueue(ctx context.Context, r *Result) {
 	ks, ok := sh.keys[key]
 	if !ok {
 		ks = &keyState{}
+		if p.stamps != nil {
+			ks.counter = sh.counters.take(key, p.stamps)
+		}
 		ks.inflight = ks.first[:0]
 		sh.keys[key] = ks
 		sh.peak = max(sh.peak, len(sh.keys))
@@ -98,6 +107,9 @@ func (p *Publisher) enqueue(ctx context.Context, r *Result) {
 	ks.mu.Lock()
 	sh.mu.Unlock()
 	defer ks.mu.Unlock()
+	if p.stamps != nil {
+		p.stamp(ks, r)
+	}
 	if ks.failure != nil {
 		ks.held = append(ks.held, r)
 		return
@@ -129,7 +141,7 @@ func (p *Publisher) watch(sh *shard, key string, ks *keyState) {
 			sh.mu.Lock()
 			ks.mu.Lock()
 			if len(ks.inflight) == 0 {
-				p.deleteGate(sh, key)
+				p.deleteGate(sh, key, ks)
 				ks.mu.Unlock()
 				sh.mu.Unlock()
 				return
@@ -188,7 +200,7 @@ func (p *Publisher) watch(sh *shard, key string, ks *keyState) {
 		}
 		if locked {
 			if len(ks.inflight) == 0 {
-				p.deleteGate(sh, key)
+				p.deleteGate(sh, key, ks)
 				ks.mu.Unlock()
 				sh.mu.Unlock()
 				return
@@ -198,9 +210,12 @@ func (p *Publisher) watch(sh *shard, key string, ks *keyState) {
 	}
 }
 
-// deleteGate deletes key's gate from sh, whose mutex is held, with the
-// gate's (P7).
-func (p *Publisher) deleteGate(sh *shard, key string) {
+// deleteGate deletes key's gate ks from sh, whose mutex is held, with the
+// gate's (P7), and keeps its counter.
+func (p *Publisher) deleteGate(sh *shard, key string, ks *keyState) {
+	if p.stamps != nil {
+		sh.counters.keep(key, ks.counter, p.counterWindow)
+	}
 	delete(sh.keys, key)
 	if len(sh.keys) == 0 && sh.peak > shrinkAt {
 		sh.keys, sh.peak = make(map[string]*keyState), 0

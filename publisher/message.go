@@ -51,18 +51,30 @@ func (p *Publisher) prepare(msg *Message, callKey string, out *pubsub.Message) (
 		return 0, &ValidationError{Key: truncate(key), Err: err}
 	}
 
-	attrs := msg.Headers
+	// The stamp's attributes and bytes count against the limits, at
+	// their largest (stamp.go).
+	stamp, stampBytes := 0, 0
+	if p.stamped(key) {
+		if err := checkStampable(key, msg.Headers); err != nil {
+			return 0, err
+		}
+		stamp, stampBytes = ordering.StampAttributes, p.stamps.bound
+	}
+	attrs, own := msg.Headers, false
 	if _, ok := attrs[ordering.Header]; ok {
 		// The key never travels as an attribute (P2). Copy rather than
 		// delete: the caller's map is not ours to change.
-		attrs = make(map[string]string, len(msg.Headers)-1)
+		attrs, own = make(map[string]string, len(msg.Headers)-1+stamp), true
 		for k, v := range msg.Headers {
 			if k != ordering.Header {
 				attrs[k] = v
 			}
 		}
 	}
-	if len(attrs) > MaxAttributes {
+	if len(attrs)+stamp > MaxAttributes {
+		if stamp > 0 {
+			return invalid(ErrTooManyAttributes, "%d and the stamp's %d, limit %d", len(attrs), stamp, MaxAttributes)
+		}
 		return invalid(ErrTooManyAttributes, "%d, limit %d", len(attrs), MaxAttributes)
 	}
 	if len(attrs) == 0 {
@@ -73,7 +85,7 @@ func (p *Publisher) prepare(msg *Message, callKey string, out *pubsub.Message) (
 	}
 	// bound is an upper bound of the encoded size; the exact size is only
 	// computed when the bound comes near the limit.
-	bound := fieldBound(len(msg.Data)) + fieldBound(len(key))
+	bound := fieldBound(len(msg.Data)) + fieldBound(len(key)) + stampBytes
 	for k, v := range attrs {
 		switch {
 		case len(k) > MaxAttributeKeyBytes:
@@ -91,15 +103,28 @@ func (p *Publisher) prepare(msg *Message, callKey string, out *pubsub.Message) (
 	}
 	n := bound
 	if bound > p.maxBytes {
-		n = proto.Size(&pubsubpb.PubsubMessage{Data: msg.Data, Attributes: attrs, OrderingKey: key})
+		n = proto.Size(&pubsubpb.PubsubMessage{Data: msg.Data, Attributes: attrs, OrderingKey: key}) + stampBytes
 		if n > p.maxBytes {
 			return invalid(ErrMessageTooLarge, "%d bytes encoded, limit %d", n, p.maxBytes)
 		}
+	}
+	if stamp > 0 && (!own || attrs == nil) {
+		// A map of the message's own, which the gate stamps.
+		attrs = cloneWithRoom(attrs, stamp)
 	}
 	// Field by field: out is in the heap, and a whole-struct copy would
 	// run the write barrier over every pointer of pubsub.Message.
 	out.Data, out.Attributes, out.OrderingKey = msg.Data, attrs, key
 	return int32(n), nil
+}
+
+// cloneWithRoom returns a copy of m with room for extra more entries.
+func cloneWithRoom(m map[string]string, extra int) map[string]string {
+	c := make(map[string]string, len(m)+extra)
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
 }
 
 // fieldBound bounds the encoded size of a length-delimited protobuf field

@@ -1,6 +1,7 @@
 package publisher
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"unsafe"
@@ -10,6 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/keyorder/keyorder/ordering"
 )
 
 // TestMessageSizeLimitIsExact checks the 10 MB check at its edge, against
@@ -73,4 +76,44 @@ func TestResultLayout(t *testing.T) {
 	} {
 		assert.LessOrEqual(t, end, uintptr(64), name)
 	}
+}
+
+// TestStampCountsAgainstSize checks that a stamped message's size counts
+// its stamp at the stamp's largest: a keyed message that fits without the
+// stamp but not with it is refused, and one that passes fits the request
+// limit with any number the stamp may carry.
+func TestStampCountsAgainstSize(t *testing.T) {
+	const topic = "projects/p/topics/orders"
+	p := &Publisher{maxBytes: maxMessageBytes(topic), stamps: newStamper("orders-api")}
+	enc := func(n int, attrs map[string]string) int {
+		return proto.Size(&pubsubpb.PubsubMessage{Data: make([]byte, n), Attributes: attrs, OrderingKey: "k"})
+	}
+	// n is the largest data length that fits without the stamp.
+	n := p.maxBytes - (enc(p.maxBytes, nil) - p.maxBytes)
+	for enc(n+1, nil) <= p.maxBytes {
+		n++
+	}
+	var out pubsub.Message
+	_, err := p.prepare(&Message{Data: make([]byte, n)}, "k", &out)
+	require.ErrorIs(t, err, ErrMessageTooLarge, "fits only without the stamp")
+	_, err = p.prepare(&Message{Data: make([]byte, n)}, "", &out)
+	require.NoError(t, err, "an unkeyed message is not stamped")
+
+	// The largest that passes with the stamp, stamped with the largest
+	// number, still fits a request.
+	m := n - p.stamps.bound
+	for {
+		_, err := p.prepare(&Message{Data: make([]byte, m+1)}, "k", &out)
+		if err != nil {
+			require.ErrorIs(t, err, ErrMessageTooLarge)
+			break
+		}
+		m++
+	}
+	_, err = p.prepare(&Message{Data: make([]byte, m)}, "k", &out)
+	require.NoError(t, err)
+	attrs := map[string]string{}
+	ordering.Stamp{Producer: p.stamps.producer, Seq: ordering.MakeSeq(maxEpoch, math.MaxUint32)}.Put(attrs)
+	req := &pubsubpb.PublishRequest{Topic: topic, Messages: []*pubsubpb.PubsubMessage{{Data: make([]byte, m), Attributes: attrs, OrderingKey: "k"}}}
+	assert.LessOrEqual(t, proto.Size(req), int(pubsub.MaxPublishRequestBytes))
 }

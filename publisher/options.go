@@ -14,6 +14,8 @@ type Option func(*config) error
 type config struct {
 	defaultKey string
 	settings   pubsub.PublishSettings
+	noStamps   bool   // WithoutStamps (stamp.go)
+	producerID string // WithProducerID (stamp.go)
 }
 
 // WithDefaultOrderingKey sets the publisher's default ordering key: the key

@@ -32,6 +32,11 @@ type Publisher struct {
 	// unordered keeps the flow-control room of unordered messages
 	// (unordered.go); unused without flow control.
 	unordered unordered
+	// stamps makes the key counters that stamp keyed messages (stamp.go);
+	// nil without stamps. counterWindow is each shard's share of
+	// counterWindow.
+	stamps        *stamper
+	counterWindow int
 
 	// closeMu orders Publish against Close: Publish holds it for reading
 	// while it checks closed and hands its message over, Close holds it
@@ -81,6 +86,11 @@ func New(client *pubsub.Client, topicID string, opts ...Option) (*Publisher, err
 		flow:       newFlowControl(cfg.settings.FlowControlSettings),
 		seed:       maphash.MakeSeed(),
 		done:       make(chan struct{}),
+
+		counterWindow: counterWindow / numShards,
+	}
+	if !cfg.noStamps {
+		p.stamps = newStamper(cfg.producerID)
 	}
 	if p.flow != nil {
 		p.flow.reclaim = p.reclaim

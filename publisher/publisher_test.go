@@ -47,12 +47,17 @@ func TestKeyResolutionAndHeaders(t *testing.T) {
 		require.NotNil(t, m, tt.name)
 		assert.Equal(t, tt.wantKey, m.OrderingKey, tt.name)
 		assert.NotContains(t, m.Attributes, ordering.Header, tt.name)
+		// The headers travel as attributes, with the stamp (S12).
 		want := map[string]string{}
 		for k, v := range tt.headers {
 			if k != ordering.Header {
 				want[k] = v
 			}
 		}
+		st, err := ordering.ParseStamp(m.Attributes)
+		require.NoError(t, err, tt.name)
+		assert.Equal(t, p.Producer(), st.Producer, tt.name)
+		st.Put(want)
 		assert.Equal(t, want, m.Attributes, tt.name)
 		// The caller's map is left as it was.
 		if v, ok := tt.headers[ordering.Header]; ok {

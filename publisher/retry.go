@@ -56,6 +56,7 @@ func (p *Publisher) Retry(ctx context.Context, failed ...*Result) ([]*Result, er
 			return nil, fmt.Errorf("keyorder/publisher: Retry: result %d: %w", i, err)
 		}
 		msgs[i] = m
+		p.restamp(&msgs[i])
 	}
 	// The messages of a key go in the order of their first Publish calls
 	// (P3): seq counts them in the key's shard.

@@ -41,9 +41,12 @@ type Delivery struct {
 	// Producer and Seq are the message's stamp ([ordering.Stamp]): the
 	// producer that published it, and its number in that producer's
 	// sequence for the key. Both are zero when the message has no valid
-	// stamp. A valid stamp's two attributes are taken out of Headers, so
-	// that Headers hold what the producer's caller set; a malformed one's
-	// are left there, for the handler to see.
+	// stamp. Seq increases with each message of the producer for the
+	// key, across its epochs ([ordering.SplitSeq]); keyorder's publisher
+	// keeps it below 2^63, so that it fits an int64 column. A valid
+	// stamp's two attributes are taken out of Headers, so that Headers
+	// hold what the producer's caller set; a malformed one's are left
+	// there, for the handler to see.
 	Producer string
 	Seq      uint64
 }

@@ -75,12 +75,14 @@
 // # Sequence numbers
 //
 // A producer may stamp each keyed message with its ID and the message's
-// number in its sequence for the key ([ordering.Stamp]);
-// [Delivery.Producer] and [Delivery.Seq] report it. On an ordered
-// subscription, a delivery whose number was processed already is a copy,
-// as a publish retried after a lost response stores it under a new message
-// ID: it is acked without calling the handler. A number past the next is a
-// gap, told to [WithGapHandler], and the message is processed as usual.
+// number in its sequence for the key ([ordering.Stamp]); keyorder's
+// publisher does by default. [Delivery.Producer] and [Delivery.Seq] report
+// it. On an ordered subscription, a delivery whose number was processed
+// already is a copy, as a publish retried after a lost response stores it
+// under a new message ID: it is acked without calling the handler. A
+// number past the next is a gap, told to [WithGapHandler], and the message
+// is processed as usual. A number of a new epoch ([ordering.SplitSeq])
+// starts a new run from 1: the producer counted the key afresh.
 // The state is bounded by [WithSequenceWindow] (S12). Across restarts, the
 // handler's own store can make effects exactly-once: a transaction that
 // applies the effect only if it moves the key's last applied Seq forward

@@ -8,6 +8,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 
 	"github.com/keyorder/keyorder/internal/fifo"
+	"github.com/keyorder/keyorder/ordering"
 )
 
 // On a subscription with exactly-once delivery, the service confirms each
@@ -60,8 +61,10 @@ type confirmer struct {
 }
 
 type pendingAck struct {
-	id  string
-	res *pubsub.AckResult
+	id    string
+	key   string
+	stamp ordering.Stamp // zero if the delivery's stamp is not checked
+	res   *pubsub.AckResult
 }
 
 func (c *confirmer) start(r *receiver) {
@@ -73,12 +76,12 @@ func (c *confirmer) start(r *receiver) {
 	go c.run()
 }
 
-// ack acks m, the newest delivery of message id, and has its answer
+// ack acks m, the newest delivery of p's message, and has its answer
 // watched.
-func (c *confirmer) ack(id string, m *pubsub.Message) {
-	res := m.AckWithResult()
+func (c *confirmer) ack(p pendingAck, m *pubsub.Message) {
+	p.res = m.AckWithResult()
 	c.mu.Lock()
-	c.pending.Push(pendingAck{id, res})
+	c.pending.Push(p)
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
@@ -110,7 +113,11 @@ func (c *confirmer) run() {
 		// which its Receive does before returning.
 		status, err := p.res.Get(c.ctx)
 		if err != nil || status != pubsub.AcknowledgeStatusSuccess {
-			c.r.seen.w.delete(p.id) // not processed: run it again when it comes back
+			// Not processed: run it again when it comes back.
+			c.r.seen.w.delete(p.id)
+			if p.stamp.Seq != 0 {
+				c.r.seqs.undo(p.key, p.stamp)
+			}
 			c.r.s.counts.ackFailed.Add(1)
 		}
 	}
@@ -136,7 +143,11 @@ func (c *confirmer) stop(wait time.Duration) {
 // subscription, with its answer watched.
 func (r *receiver) ack(j *job) {
 	if r.confirm != nil {
-		r.confirm.ack(j.d.ID, j.msg)
+		p := pendingAck{id: j.d.ID}
+		if r.sequenced(j) {
+			p.key, p.stamp = j.d.Key, ordering.Stamp{Producer: j.d.Producer, Seq: j.d.Seq}
+		}
+		r.confirm.ack(p, j.msg)
 		return
 	}
 	j.msg.Ack()

@@ -201,7 +201,8 @@ func TestRedeliveredTailsAreNotReprocessed(t *testing.T) {
 // redelivered tail reaches the handler again. key-0/1's ack does not
 // persist, so the service still holds the key's tail once every message is
 // processed, and the tail is redelivered then, when none of it is still
-// here to join.
+// here to join. The messages are stamped by the publisher: the stamps skip
+// no copy either once the window is off.
 func TestDedupCanBeTurnedOff(t *testing.T) {
 	t.Parallel()
 	keys := keyNames(1)

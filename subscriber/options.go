@@ -192,7 +192,10 @@ func WithDrainTimeout(d time.Duration) Option {
 // so that a message coming back after it was processed (a redelivered
 // tail, a lost ack, an expired lease, a duplicate) is acked without calling
 // the handler again (S6). Each remembered ID costs about 100 bytes. The
-// default is [DefaultDedupWindow]; 0 turns the check off.
+// default is [DefaultDedupWindow]; 0 turns deduplication off: no delivery
+// is skipped as a copy, neither by its ID nor by its stamp (see
+// [WithSequenceWindow]), and the handler sees every delivery the service
+// makes. Gaps are still reported.
 //
 // A message replayed on purpose by seeking the subscription back is also
 // skipped while its ID is in the window.
@@ -275,7 +278,8 @@ const DefaultSequenceWindow = 10_000
 // key and producer ID. A sequence forgotten and seen again starts over:
 // a copy of a message processed before it was forgotten runs again,
 // unless its ID is still in [WithDedupWindow]'s window. The default is
-// [DefaultSequenceWindow]; 0 turns the checks off.
+// [DefaultSequenceWindow]; 0 turns the checks off. [WithDedupWindow](0)
+// turns off the skipping of copies, and leaves the gap reports.
 func WithSequenceWindow(n int) Option {
 	return func(c *config) error {
 		if n < 0 {

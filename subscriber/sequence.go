@@ -1,6 +1,7 @@
 package subscriber
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/keyorder/keyorder/ordering"
@@ -29,6 +30,14 @@ import (
 // The first stamp of a (key, producer) seen in a Receive starts its
 // sequence: nothing is reported missing before it.
 //
+// A producer that counts a key afresh starts a new epoch of its numbers
+// (see [ordering.Stamp], Epochs), whose numbers are all above the old
+// epoch's. A number of a higher epoch than the last one seen starts a new
+// run: its first number is 1, and a higher one is a gap from 1; the jump
+// from the old epoch is not a gap, since only the producer knew where the
+// old epoch stopped. A number of a lower epoch is below the highest
+// processed, hence a copy.
+//
 // The state is bounded like the ID window: the [WithSequenceWindow] most
 // recently active (key, producer) pairs are remembered, the least recently
 // active forgotten first, so idle keys do not pile up. A pair forgotten
@@ -38,7 +47,8 @@ import (
 
 // A Gap is a run of a producer's sequence numbers for a key that Receive
 // has not processed, found when a later number of the same key and
-// producer came up for processing. [WithGapHandler] is told of each.
+// producer came up for processing. [WithGapHandler] is told of each. A gap
+// lies within one epoch of the producer's numbers ([ordering.SplitSeq]).
 type Gap struct {
 	Key      string
 	Producer string
@@ -62,6 +72,10 @@ type seqEntry struct {
 	// place, or one that failed for good and was dead-lettered, is not
 	// reported twice.
 	done, edge uint64
+	// again holds numbers at or below done that are to run again, once
+	// each: their acks failed on an exactly-once subscription (undo).
+	// Nearly always empty.
+	again []uint64
 	// prev and next link the entries from the most to the least recently
 	// active.
 	prev, next *seqEntry
@@ -90,13 +104,27 @@ func (s *sequences) check(key string, st ordering.Stamp) (copied bool, gap *Gap)
 	defer s.mu.Unlock()
 	e := s.touch(seqID{key, st.Producer}, st.Seq-1)
 	if st.Seq <= e.done {
+		if i := slices.Index(e.again, st.Seq); i >= 0 {
+			e.again = slices.Delete(e.again, i, i+1)
+			return false, nil
+		}
 		return true, nil
 	}
-	if from := max(e.done, e.edge) + 1; st.Seq > from {
+	if from := expected(max(e.done, e.edge), st.Seq); st.Seq > from {
 		gap = &Gap{Key: key, Producer: st.Producer, From: from, To: st.Seq - 1, Seq: st.Seq}
 	}
 	e.edge = max(e.edge, st.Seq-1)
 	return false, gap
+}
+
+// expected returns the number expected after last, the highest processed or
+// reported missing, when seq comes: last+1, or the first number of seq's
+// epoch if seq starts a higher one. A gap is never reported across epochs.
+func expected(last, seq uint64) uint64 {
+	if epoch, _ := ordering.SplitSeq(seq); epoch > uint32(last>>32) {
+		return ordering.MakeSeq(epoch, 1)
+	}
+	return last + 1
 }
 
 // done records that the delivery with stamp st was processed.
@@ -107,6 +135,28 @@ func (s *sequences) done(key string, st ordering.Stamp) {
 	e.done = max(e.done, st.Seq)
 	e.edge = max(e.edge, e.done)
 }
+
+// undo records that the delivery with stamp st, processed, was not acked
+// after all (its ack failed on an exactly-once subscription), so that it
+// runs again when the service delivers it again, as its ID does in the S6
+// window. A sequence forgotten since needs nothing: it starts over.
+func (s *sequences) undo(key string, st ordering.Stamp) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.m[seqID{key, st.Producer}]
+	switch {
+	case e == nil || st.Seq > e.done:
+	case st.Seq == e.done && len(e.again) == 0:
+		e.done--
+	case len(e.again) < maxAgain && !slices.Contains(e.again, st.Seq):
+		e.again = append(e.again, st.Seq)
+	}
+}
+
+// maxAgain bounds the numbers of one sequence waiting to run again; past
+// it, a message whose ack failed is taken as a copy when it comes back,
+// unless its ID does not show it processed.
+const maxAgain = 64
 
 // touch returns the entry of id, made with done and edge at start if it is
 // new, as the most recently active; a new entry in a full window takes the
@@ -153,7 +203,7 @@ func (r *receiver) copyOfProcessed(j *job) bool {
 	d := &j.d
 	copied, gap := r.seqs.check(d.Key, ordering.Stamp{Producer: d.Producer, Seq: d.Seq})
 	ctx := handlerContext{Context: j.ctx, life: r.handlerCtx}
-	if copied {
+	if copied && r.cfg.dedupWindow > 0 {
 		r.s.counts.duplicates.Add(1)
 		r.obs.sequenceDuplicate(ctx, d.Key, d.Producer, d.Seq, d.ID)
 		return true

@@ -50,6 +50,49 @@ func TestSequenceCheck(t *testing.T) {
 	}
 }
 
+// TestSequenceEpochs walks one (key, producer) sequence across the epochs
+// of a producer that counts the key afresh (ordering.Stamp, Epochs): a
+// higher epoch starts a new run from 1, a lower one is a copy, and a gap
+// is reported within an epoch only.
+func TestSequenceEpochs(t *testing.T) {
+	t.Parallel()
+	seq := ordering.MakeSeq
+	type step struct {
+		seq     uint64
+		copied  bool
+		gap     [2]uint64 // From, To; zero for none
+		comment string
+	}
+	steps := []step{
+		{seq: seq(3, 1), comment: "the first stamp starts the sequence"},
+		{seq: seq(3, 2)},
+		{seq: seq(3, 3)},
+		{seq: seq(7, 1), comment: "a new epoch: the end of epoch 3 is not a gap"},
+		{seq: seq(7, 2)},
+		{seq: seq(3, 4), copied: true, comment: "a lower epoch is older: a copy"},
+		{seq: seq(7, 2), copied: true},
+		{seq: seq(7, 5), gap: [2]uint64{seq(7, 3), seq(7, 4)}, comment: "a gap within the epoch"},
+		{seq: seq(9, 3), gap: [2]uint64{seq(9, 1), seq(9, 2)}, comment: "a new epoch starts at 1"},
+		{seq: seq(9, 4)},
+		{seq: seq(10, 0), comment: "number 0 of an epoch: not a gap"},
+		{seq: seq(10, 1)},
+	}
+	s := newSequences(10)
+	for i, st := range steps {
+		copied, gap := s.check("k", ordering.Stamp{Producer: "p", Seq: st.seq})
+		e, n := ordering.SplitSeq(st.seq)
+		assert.Equal(t, st.copied, copied, "step %d (%d:%d): %s", i, e, n, st.comment)
+		if st.gap == [2]uint64{} {
+			assert.Nil(t, gap, "step %d (%d:%d): %s", i, e, n, st.comment)
+		} else if assert.NotNil(t, gap, "step %d (%d:%d): %s", i, e, n, st.comment) {
+			assert.Equal(t, Gap{Key: "k", Producer: "p", From: st.gap[0], To: st.gap[1], Seq: st.seq}, *gap, "step %d", i)
+		}
+		if !copied {
+			s.done("k", ordering.Stamp{Producer: "p", Seq: st.seq})
+		}
+	}
+}
+
 // TestSequencesPerProducerAndKey checks that sequences of different
 // producers of one key, and of different keys, do not mix.
 func TestSequencesPerProducerAndKey(t *testing.T) {
@@ -184,4 +227,38 @@ func BenchmarkSequenceCheck(b *testing.B) {
 			runtime.KeepAlive(p)
 		}
 	})
+}
+
+// TestSequenceUndo checks that a processed number whose ack failed runs
+// again once, whether or not later numbers were processed since, and that
+// undoing a number never processed changes nothing.
+func TestSequenceUndo(t *testing.T) {
+	t.Parallel()
+	s := newSequences(10)
+	run := func(seq uint64) (copied bool) {
+		st := ordering.Stamp{Producer: "p", Seq: seq}
+		copied, gap := s.check("k", st)
+		require.Nil(t, gap, "seq %d", seq)
+		if !copied {
+			s.done("k", st)
+		}
+		return copied
+	}
+	undo := func(seq uint64) { s.undo("k", ordering.Stamp{Producer: "p", Seq: seq}) }
+	for seq := uint64(1); seq <= 3; seq++ {
+		require.False(t, run(seq))
+	}
+	undo(3) // the last processed
+	assert.False(t, run(3), "3 runs again")
+	assert.True(t, run(3), "once")
+	undo(2) // 3 was processed after it
+	assert.False(t, run(2), "2 runs again")
+	assert.True(t, run(2), "once")
+	undo(9) // never processed
+	assert.False(t, run(4))
+	assert.True(t, run(3), "3 is still processed")
+	undo(1)
+	undo(1)
+	assert.False(t, run(1), "1 runs again")
+	assert.True(t, run(1), "an ack failing twice before the message came back runs it once")
 }

@@ -28,8 +28,10 @@
 //
 //	go run ./examples/inbox
 //
-// Each message carries a stamp ([ordering.Stamp]) that this program sets
-// itself with Stamp.Put, publishing through the official client.
+// The deposits are published through keyorder's publisher, which stamps
+// each with its producer ID and its number in the producer's sequence for
+// its account (see ordering.Stamp); the receiver's store keeps the last
+// number applied per account and producer.
 package main
 
 import (
@@ -44,11 +46,9 @@ import (
 	"strconv"
 	"time"
 
-	"cloud.google.com/go/pubsub/v2"
-
 	"github.com/keyorder/keyorder/internal/harness"
-	"github.com/keyorder/keyorder/ordering"
 	"github.com/keyorder/keyorder/ordering/orderingtest"
+	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/subscriber"
 )
 
@@ -90,8 +90,10 @@ type config struct {
 	db                 string // the SQLite file
 }
 
-// producer is the ID this program stamps its messages with.
-const producer = "deposits-1"
+// producer is the stable part of the producer ID the publisher stamps its
+// messages with (publisher.WithProducerID): each Publisher adds an
+// incarnation of its own.
+const producer = "deposits"
 
 // outcome is what a run saw, for tests.
 type outcome struct {
@@ -101,8 +103,7 @@ type outcome struct {
 
 // run tells the story of the package doc. spawn returns the command that
 // starts a receiver process with the given flags.
-func run(ctx context.Context, cfg config, spawn func(args ...string) *exec.Cmd, out io.Writer) (outcome, error) {
-	var oc outcome
+func run(ctx context.Context, cfg config, spawn func(args ...string) *exec.Cmd, out io.Writer) (oc outcome, err error) {
 	total := cfg.accounts * cfg.deposits
 	if cfg.deposits < 3 || total < 1 {
 		return oc, fmt.Errorf("need at least 1 account and 3 deposits, not %d and %d", cfg.accounts, cfg.deposits)
@@ -128,9 +129,18 @@ func run(ctx context.Context, cfg config, spawn func(args ...string) *exec.Cmd, 
 		return cmd
 	}
 	third := cfg.deposits / 3
+	p, err := publisher.New(client, "deposits", publisher.WithProducerID(producer))
+	if err != nil {
+		return oc, err
+	}
+	defer func() {
+		if cerr := p.Close(ctx); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
 
 	// 1. A third of the deposits, applied by the first receiver.
-	if err := publish(ctx, client, cfg.accounts, 1, third); err != nil {
+	if err := publish(ctx, p, cfg.accounts, 1, third); err != nil {
 		return oc, err
 	}
 	first := receiver()
@@ -148,7 +158,7 @@ func run(ctx context.Context, cfg config, spawn func(args ...string) *exec.Cmd, 
 	// 2. Acks stop arriving; the receiver dies with deposits applied and
 	// not acked.
 	lost := srv.DropAcks(orderingtest.AnyMessage, 0)
-	if err := publish(ctx, client, cfg.accounts, third+1, 2*third); err != nil {
+	if err := publish(ctx, p, cfg.accounts, third+1, 2*third); err != nil {
 		return oc, err
 	}
 	if err := lost.Wait(ctx, min(20, cfg.accounts*third)); err != nil {
@@ -170,7 +180,7 @@ func run(ctx context.Context, cfg config, spawn func(args ...string) *exec.Cmd, 
 	fmt.Fprintf(out, "killed the receiver with %d of %d deposits applied and %d acks lost\n", oc.atKill, total, lost.Hits())
 
 	// 3. The rest, and a second receiver that runs to the end.
-	if err := publish(ctx, client, cfg.accounts, 2*third+1, cfg.deposits); err != nil {
+	if err := publish(ctx, p, cfg.accounts, 2*third+1, cfg.deposits); err != nil {
 		return oc, err
 	}
 	if err := receiver().Run(); err != nil {
@@ -189,23 +199,16 @@ func amount(a, seq int) int64 { return int64(100*seq + a) }
 
 func account(a int) string { return fmt.Sprintf("acct-%02d", a) }
 
-// publish publishes deposits first..last of every account, each stamped
-// with its number in the producer's sequence for its account, and waits
-// for them.
-func publish(ctx context.Context, client *pubsub.Client, accounts, first, last int) error {
-	p := client.Publisher("deposits")
-	p.EnableMessageOrdering = true
-	defer p.Stop()
-	var results []*pubsub.PublishResult
+// publish publishes deposits first..last of every account, keyed by
+// account, and waits for them. The publisher stamps each with its number
+// in its sequence for the account.
+func publish(ctx context.Context, p *publisher.Publisher, accounts, first, last int) error {
+	var results []*publisher.Result
 	for seq := first; seq <= last; seq++ {
 		for a := 1; a <= accounts; a++ {
-			attrs := map[string]string{}
-			ordering.Stamp{Producer: producer, Seq: uint64(seq)}.Put(attrs)
-			results = append(results, p.Publish(ctx, &pubsub.Message{
-				Data:        []byte(strconv.FormatInt(amount(a, seq), 10)),
-				OrderingKey: account(a),
-				Attributes:  attrs,
-			}))
+			results = append(results, p.Publish(ctx,
+				&publisher.Message{Data: []byte(strconv.FormatInt(amount(a, seq), 10))},
+				publisher.WithOrderingKey(account(a))))
 		}
 	}
 	for _, r := range results {

@@ -4,8 +4,9 @@
 // rule P1 (the call option, the partition-key header, the publisher's
 // default), reads back what the server stored through an ordered
 // subscription, and prints each message with its ordering key and
-// attributes. It exits non-zero if a message's key or attributes are not
-// what P1 and P2 promise.
+// attributes, and the number the publisher stamped it with in its key's
+// sequence (S12), as epoch.number. It exits non-zero if a message's key or
+// attributes are not what P1 and P2 promise.
 //
 // It uses an embedded pstest server, or the emulator PUBSUB_EMULATOR_HOST
 // names:
@@ -106,11 +107,18 @@ func run() error {
 		}
 		want := maps.Clone(m.headers)
 		delete(want, ordering.Header)
+		// The publisher stamps every keyed message with its producer ID
+		// and the message's number in the key's sequence (S12).
+		stamp, err := ordering.ParseStamp(g.Attributes)
+		attrs := maps.Clone(g.Attributes)
+		delete(attrs, ordering.ProducerAttribute)
+		delete(attrs, ordering.SeqAttribute)
+		epoch, n := ordering.SplitSeq(stamp.Seq)
 		verdict := "ok"
-		if g.OrderingKey != m.wantKey || !maps.Equal(g.Attributes, want) {
-			verdict, failed = fmt.Sprintf("WRONG: want key %q, attributes %v", m.wantKey, want), true
+		if g.OrderingKey != m.wantKey || !maps.Equal(attrs, want) || err != nil || stamp.Producer != p.Producer() {
+			verdict, failed = fmt.Sprintf("WRONG: want key %q, attributes %v, a stamp of producer %s", m.wantKey, want, p.Producer()), true
 		}
-		fmt.Printf("  %-30s ordering key %-12q attributes %-20v %s\n", g.Data, g.OrderingKey, sorted(g.Attributes), verdict)
+		fmt.Printf("  %-30s ordering key %-12q attributes %-20v seq %d.%d %s\n", g.Data, g.OrderingKey, sorted(attrs), epoch, n, verdict)
 	}
 	if failed {
 		return fmt.Errorf("a message's key or attributes broke P1 or P2")

@@ -1,0 +1,247 @@
+package publisher
+
+import (
+	"crypto/rand"
+	"encoding/base32"
+	"fmt"
+	"maps"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"cloud.google.com/go/pubsub/v2"
+
+	"github.com/keyorder/keyorder/ordering"
+)
+
+// Stamps (S12). Every keyed message carries its producer's ID and its
+// number in the producer's sequence for its key ([ordering.Stamp]), so
+// that a subscriber can tell a copy the service stored twice from a new
+// message, and see the numbers that never arrived. A number is never
+// given twice: a reused number would make a message look like a copy of
+// an earlier one that failed to publish but was in fact stored, and the
+// subscriber would ack it unrun.
+//
+// Two things would reuse numbers, and each gets a fresh start instead:
+//
+//   - A restart. A new process does not know the numbers the last one
+//     reached, so each Publisher is a producer of its own: a random ID,
+//     or WithProducerID's ID followed by "#" and a random incarnation.
+//   - P7. A key with nothing in flight leaves no state behind, so a key's
+//     counter cannot live for ever. Counters of idle keys are kept in a
+//     bounded cache per shard; a key whose counter was dropped starts a
+//     new one, in a new epoch: Seq = epoch<<32 | n, where the epoch comes
+//     from a Publisher-wide count of the counters made, so a key's
+//     numbers increase across its counters. When the epochs run out
+//     (2^31 counters, so that Seq fits an int64), the Publisher takes a
+//     new incarnation, hence a new producer ID, and starts the epochs
+//     again.
+
+// MaxProducerIDBytes is the longest ID [WithProducerID] takes: the stamp's
+// producer ID, the ID followed by "#" and an incarnation of
+// incarnationBytes, must fit [ordering.MaxProducerBytes].
+const MaxProducerIDBytes = ordering.MaxProducerBytes - 1 - incarnationBytes
+
+const (
+	// incarnationBytes is the length of a random producer ID or
+	// incarnation: 16 random bytes in unpadded base32.
+	incarnationBytes = 26
+	// maxEpoch is the last epoch of an incarnation, so that every Seq is
+	// below 2^63 and fits the int64 columns of SQL databases.
+	maxEpoch = math.MaxInt32
+	// counterWindow bounds the counters kept for idle keys: up to twice
+	// this many, the most recently idle, in two generations per shard. A
+	// kept counter costs about 100 bytes (its map entry, and a copy of
+	// its key).
+	counterWindow = 8192
+)
+
+// WithoutStamps turns stamping off: messages are published without the
+// [ordering.ProducerAttribute] and [ordering.SeqAttribute] attributes, and
+// a caller may set them itself. The default stamps every keyed message.
+func WithoutStamps() Option {
+	return func(c *config) error {
+		c.noStamps = true
+		return nil
+	}
+}
+
+// WithProducerID sets a stable name for the producer ID that stamps the
+// messages: the ID of each Publisher is then id, "#", and a random
+// incarnation of 26 characters (e.g. "orders-api#k3j..."), so that logs
+// and a subscriber's store can tell which service published what, while
+// each Publisher, and so each run of a process, remains a producer of its
+// own, whose numbers no other can repeat. The default is a random ID of 26
+// characters.
+//
+// A subscriber's checks (S12) do not span producers, and so do not span
+// restarts: to apply each message once across them, keep the last applied
+// Seq per key and producer in the store that holds the effects, as
+// examples/inbox does.
+//
+// New returns an error matching [ErrInvalidConfig] if id is empty, longer
+// than [MaxProducerIDBytes], or not valid UTF-8.
+func WithProducerID(id string) Option {
+	return func(c *config) error {
+		switch {
+		case id == "":
+			return fmt.Errorf("keyorder/publisher: %w: WithProducerID: empty ID", ErrInvalidConfig)
+		case len(id) > MaxProducerIDBytes:
+			return fmt.Errorf("keyorder/publisher: %w: WithProducerID: %d bytes, limit %d", ErrInvalidConfig, len(id), MaxProducerIDBytes)
+		case !utf8.ValidString(id):
+			return fmt.Errorf("keyorder/publisher: %w: WithProducerID: %q is not valid UTF-8", ErrInvalidConfig, id)
+		}
+		c.producerID = id
+		return nil
+	}
+}
+
+// Producer returns the producer ID that stamps the messages published now,
+// or "" if stamping is off ([WithoutStamps]). It changes only if the
+// Publisher has made 2^31 key counters (see [ordering.Stamp], Epochs).
+func (p *Publisher) Producer() string {
+	if p.stamps == nil {
+		return ""
+	}
+	p.stamps.mu.Lock()
+	defer p.stamps.mu.Unlock()
+	return p.stamps.producer
+}
+
+// stamper makes the key counters of a Publisher.
+type stamper struct {
+	id string // WithProducerID's, or "" for a random producer ID
+	// bound is the most a stamp adds to a message's encoded size, with
+	// the largest number: it is counted against the service's limit
+	// before the number is known (P6).
+	bound int
+
+	mu       sync.Mutex
+	producer string // the current incarnation's producer ID; guarded by mu
+	epoch    uint32 // the last epoch given; guarded by mu
+}
+
+func newStamper(id string) *stamper {
+	s := &stamper{id: id}
+	s.reincarnate()
+	s.bound = ordering.Stamp{Producer: s.producer, Seq: ordering.MakeSeq(maxEpoch, math.MaxUint32)}.Size()
+	return s
+}
+
+var lowerBase32 = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// reincarnate starts a new incarnation: a new producer ID, whose epochs
+// start again from 1. mu is held, or s is new.
+func (s *stamper) reincarnate() {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails
+	s.producer = lowerBase32.EncodeToString(b[:])
+	if s.id != "" {
+		s.producer = s.id + "#" + s.producer
+	}
+	s.epoch = 0
+}
+
+// A counter numbers the messages of one key. It lives in the key's gate
+// while the key has messages in flight, and in its shard's cache while the
+// key is idle, until the cache drops it.
+type counter struct {
+	producer string // the incarnation it counts in; "" without stamps
+	epoch    uint32
+	n        uint32 // the last number given in epoch
+}
+
+// newCounter returns a counter in a new epoch.
+func (s *stamper) newCounter() counter {
+	if s == nil {
+		return counter{}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.epoch == maxEpoch {
+		s.reincarnate()
+	}
+	s.epoch++
+	return counter{producer: s.producer, epoch: s.epoch}
+}
+
+// stamp writes the key's next number and its producer into r's attributes,
+// a map of r's own with room for them. The gate's mutex is held: numbers
+// are given in the order the official client takes the messages (P3).
+func (p *Publisher) stamp(ks *keyState, r *Result) {
+	c := &ks.counter
+	if c.n == math.MaxUint32 {
+		*c = p.stamps.newCounter()
+	}
+	c.n++
+	r.msg.Attributes[ordering.ProducerAttribute] = c.producer
+	r.msg.Attributes[ordering.SeqAttribute] = strconv.FormatUint(ordering.MakeSeq(c.epoch, c.n), 10)
+}
+
+// stamped reports whether a message of key is stamped.
+func (p *Publisher) stamped(key string) bool { return p.stamps != nil && key != "" }
+
+// checkStampable returns a *ValidationError if attrs, the attributes of a
+// message p stamps, already hold a stamp attribute: the stamp is the
+// publisher's to set.
+func checkStampable(key string, attrs map[string]string) error {
+	for _, a := range [...]string{ordering.ProducerAttribute, ordering.SeqAttribute} {
+		if _, ok := attrs[a]; ok {
+			return &ValidationError{Key: truncate(key), Err: ErrStampAttribute, Detail: fmt.Sprintf("header %q", a)}
+		}
+	}
+	return nil
+}
+
+// restamp prepares m, a failed message that Retry sends again, to be
+// stamped anew: a failed message's number is never given again, since the
+// service may have stored it, and the key's later messages may have been
+// stored since (P5). The attribute map is copied, as the official client
+// may still read the old one.
+func (p *Publisher) restamp(m *pubsub.Message) {
+	if p.stamped(m.OrderingKey) {
+		m.Attributes = maps.Clone(m.Attributes)
+	}
+}
+
+// counters keeps the counters of a shard's idle keys, in two generations:
+// a key's counter goes into cur when its gate is deleted, and is taken
+// out, from either, when the key has a gate again. When cur is full, it
+// becomes old, and the counters in old are dropped: a counter stays kept
+// while fewer than window counters of the shard are kept after it, and at
+// most 2×window are kept. Dropping a whole map, rather than entries, gives
+// its memory back (P7). Guarded by the shard's mutex.
+type counters struct {
+	cur, old map[string]counter
+}
+
+// take returns key's kept counter, or a new one from s.
+func (cs *counters) take(key string, s *stamper) counter {
+	for _, m := range [...]map[string]counter{cs.cur, cs.old} {
+		if c, ok := m[key]; ok {
+			delete(m, key)
+			return c
+		}
+	}
+	return s.newCounter()
+}
+
+// keep keeps key's counter c, in a generation of at most window counters.
+func (cs *counters) keep(key string, c counter, window int) {
+	if window <= 0 {
+		return
+	}
+	if len(cs.cur) >= window {
+		cs.old, cs.cur = cs.cur, nil
+	}
+	if cs.cur == nil {
+		cs.cur = make(map[string]counter)
+	}
+	// A copy, so that a key cut from a larger string does not keep it.
+	cs.cur[strings.Clone(key)] = c
+}
+
+// len returns the number of counters kept.
+func (cs *counters) len() int { return len(cs.cur) + len(cs.old) }
