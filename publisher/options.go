@@ -2,8 +2,10 @@ package publisher
 
 import (
 	"fmt"
+	"log/slog"
 
 	"cloud.google.com/go/pubsub/v2"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/keyorder/keyorder/ordering"
 )
@@ -12,8 +14,10 @@ import (
 type Option func(*config) error
 
 type config struct {
-	defaultKey string
-	settings   pubsub.PublishSettings
+	defaultKey    string
+	settings      pubsub.PublishSettings
+	meterProvider metric.MeterProvider // nil: the global one (observe.go)
+	logger        *slog.Logger         // nil: slog.Default()
 }
 
 // WithDefaultOrderingKey sets the publisher's default ordering key: the key
