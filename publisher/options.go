@@ -30,7 +30,9 @@ type config struct {
 // publisher whose messages mostly name no key is then as fast as one key.
 // Set a default only when those messages really need one order; otherwise
 // give each message the key of what it is about (a customer, an account),
-// or none.
+// or none. The publisher logs a warning, and counts it in
+// keyorder.publisher.hot_keys, when a key publishes more than 5 MB within
+// 5 s (see the package documentation, Observability).
 //
 // New returns an error matching [ErrInvalidConfig], and
 // [ordering.ErrKeyTooLong] or [ordering.ErrKeyNotUTF8], if key is not a
