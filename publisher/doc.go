@@ -65,8 +65,8 @@
 //
 // A key with nothing outstanding leaves no state behind (P7), but for its
 // stamp counter, kept among the 16,384 most recently idle (about 100 bytes
-// each). A key with
-// messages in flight costs a gate of 144 bytes and one goroutine, which
+// each). A key with messages in flight costs a gate of 184 bytes and one
+// goroutine, which
 // waits for the official client's results of that key in order and wakes
 // once per batch. Each message costs a [Result] of 192 bytes, which lets go
 // of the message's data once it is published. Publish adds about 0.5 µs of
@@ -80,6 +80,54 @@
 // one per key, waking once per batch, costs less than one per shard
 // waiting on many channels at once (reflect.Select costs about 150 ns per
 // channel per wake).
+//
+// # Observability
+//
+// A publisher reports through the OpenTelemetry metric API and log/slog,
+// from the events it already has: a message refused by Publish, a Result
+// settled by its key's gate, a key paused by a failure and resumed. The
+// metrics go to [WithMeterProvider]'s provider, by default the global one,
+// which does nothing until the application installs one; the meter is
+// "github.com/keyorder/keyorder/publisher", and every data point carries
+// messaging.destination.name, the topic's full name. No attribute carries
+// a key, since keys are unbounded.
+//
+//   - keyorder.publisher.messages, a counter of {message}, by
+//     keyorder.outcome: "published"; "failed", a [*PublishError] that is
+//     not Skipped; "skipped", the tail that failed with it (P4); and
+//     "invalid", refused by Publish with nothing sent: a
+//     [*ValidationError] (P6), a flow-control refusal or a ctx that ended
+//     while waiting for room, or [ErrClosed]. Each Result of Publish or
+//     Retry is counted once, before it is ready. An unordered message's
+//     Result is the official client's own, which no goroutine of the
+//     publisher waits for: it is counted only if refused.
+//   - keyorder.publisher.publish.duration, a histogram in s, by
+//     keyorder.outcome: from the Publish (or Retry) call to the Result,
+//     for each message of a key handed to the official client, so
+//     published, failed and skipped; not for invalid ones, whose Result
+//     is ready when Publish returns.
+//   - keyorder.publisher.paused_keys, a gauge of {key}: keys whose failed
+//     tail is draining, their later messages held (P5).
+//   - keyorder.publisher.hot_keys, a counter of {key}: keys found
+//     publishing faster than the service takes, one per warning.
+//
+// [WithLogger]'s logger, by default slog.Default() as it is when New runs,
+// gets every record with the topic: a key's failure at Warn ("key paused",
+// with the key, the error and how many messages failed with it) and its
+// resume at Info ("key resumed", with how many held messages it sent),
+// once per failure; and a hot key at Warn, once per episode. Nothing is
+// logged per message.
+//
+// The service takes about 1 MB/s per ordering key. A key is hot when the
+// messages published on it within one 5-second window add up to more than
+// 5 MB, encoded: faster than 1 MB/s on average over the window, which the
+// service needs at least 5 s to take. Windows tumble from the key's first
+// message with nothing else outstanding, and are counted in the key's gate,
+// which lives while the key has messages outstanding: an episode is the
+// life of the gate, so a key that stays hot warns once, and again only
+// after it has had nothing outstanding. A key whose messages are all done
+// before its next one starts counting afresh: it is not over the
+// service's limit, or its messages would queue.
 //
 // Rule numbers refer to the ordering contract in the project's README.
 package publisher

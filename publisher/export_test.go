@@ -1,5 +1,7 @@
 package publisher
 
+import "time"
+
 // GateState reports, for tests, how many keys have a gate across p's
 // shards and the largest map peak a shard is keeping.
 func GateState(p *Publisher) (keys, maxPeak int) {
@@ -41,4 +43,11 @@ func KeptCounters(p *Publisher) int {
 		sh.mu.Unlock()
 	}
 	return n
+}
+
+// SetRateCheck makes p find a key hot once it publishes more than limit
+// bytes within one window, reading the time from clock (also used for
+// publish durations). Call it before the first Publish.
+func SetRateCheck(p *Publisher, window time.Duration, limit int64, clock func() time.Duration) {
+	p.rec.window, p.rec.limit, p.rec.clock = window, limit, clock
 }

@@ -64,6 +64,9 @@ type keyState struct {
 	// first is inflight's first array, allocated with the keyState: most
 	// keys go idle before they have more messages in flight.
 	first [8]*Result
+	// rate is the key's publish rate check (rate.go); it goes with the
+	// gate, so a key is checked per episode of messages outstanding.
+	rate keyRate
 }
 
 // shard returns the shard of key. maphash, seeded per Publisher, is the
@@ -107,6 +110,7 @@ func (p *Publisher) enqueue(ctx context.Context, r *Result) {
 	ks.mu.Lock()
 	sh.mu.Unlock()
 	defer ks.mu.Unlock()
+	p.rec.account(key, &ks.rate, r)
 	if p.stamps != nil {
 		p.stamp(ks, r)
 	}
@@ -230,6 +234,7 @@ func (p *Publisher) deleteGate(sh *shard, key string, ks *keyState) {
 // ready without the mutex, as only failures change the key's state (P4,
 // P5).
 func (p *Publisher) settleDone(seen []*Result) int {
+	now := p.rec.now() // the batch's results became ready together
 	for i, r := range seen {
 		id, err, ok := tryGet(r.under)
 		if !ok || err != nil {
@@ -245,6 +250,7 @@ func (p *Publisher) settleDone(seen []*Result) int {
 		// everyone else: the Result need not keep it (P7).
 		r.under = nil
 		r.dropMessage()
+		p.rec.settled(r, outPublished, now)
 		r.resolve(id, nil)
 	}
 	return len(seen)
@@ -294,6 +300,7 @@ func (p *Publisher) settle(key string, ks *keyState, r *Result, id string, err e
 			// As in settleDone.
 			r.under = nil
 			r.dropMessage()
+			p.rec.settled(r, outPublished, p.rec.now())
 			r.resolve(id, nil)
 		} else {
 			// The first failure since the key was last healthy: new
@@ -303,6 +310,7 @@ func (p *Publisher) settle(key string, ks *keyState, r *Result, id string, err e
 			// rather than batch by batch means a caller that sees this
 			// failure has seen its whole tail too.
 			ks.failure = err
+			p.rec.paused(key, r, ks.inflight, err)
 			r.resolve("", &PublishError{Key: key, Err: err})
 			for _, t := range ks.inflight {
 				t.resolve("", &PublishError{Key: key, Err: err, Skipped: true})
@@ -321,6 +329,7 @@ func (p *Publisher) settle(key string, ks *keyState, r *Result, id string, err e
 	// next queued batch of the tail through, after the failed message.
 	p.pub.ResumePublish(key)
 	ks.failure = nil
+	p.rec.resumed(key, len(ks.held))
 	for i, h := range ks.held {
 		h.under = p.pub.Publish(context.Background(), &h.msg)
 		ks.inflight = append(ks.inflight, h)

@@ -2,8 +2,10 @@ package publisher
 
 import (
 	"fmt"
+	"log/slog"
 
 	"cloud.google.com/go/pubsub/v2"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/keyorder/keyorder/ordering"
 )
@@ -12,10 +14,12 @@ import (
 type Option func(*config) error
 
 type config struct {
-	defaultKey string
-	settings   pubsub.PublishSettings
-	noStamps   bool   // WithoutStamps (stamp.go)
-	producerID string // WithProducerID (stamp.go)
+	defaultKey    string
+	settings      pubsub.PublishSettings
+	noStamps      bool                 // WithoutStamps (stamp.go)
+	producerID    string               // WithProducerID (stamp.go)
+	meterProvider metric.MeterProvider // nil: the global one (observe.go)
+	logger        *slog.Logger         // nil: slog.Default()
 }
 
 // WithDefaultOrderingKey sets the publisher's default ordering key: the key
@@ -28,7 +32,9 @@ type config struct {
 // publisher whose messages mostly name no key is then as fast as one key.
 // Set a default only when those messages really need one order; otherwise
 // give each message the key of what it is about (a customer, an account),
-// or none.
+// or none. The publisher logs a warning, and counts it in
+// keyorder.publisher.hot_keys, when a key publishes more than 5 MB within
+// 5 s (see the package documentation, Observability).
 //
 // New returns an error matching [ErrInvalidConfig], and
 // [ordering.ErrKeyTooLong] or [ordering.ErrKeyNotUTF8], if key is not a

@@ -23,6 +23,7 @@ type Publisher struct {
 	defaultKey string
 	maxBytes   int          // largest encoded message the service takes on this topic
 	flow       *flowControl // nil when the settings ask for no flow control
+	rec        *recorder    // metrics and logs (observe.go)
 
 	// shards map keys to their gates (gate.go), spread by key so that
 	// Publish calls on different keys rarely share a map's mutex; each
@@ -101,6 +102,7 @@ func New(client *pubsub.Client, topicID string, opts ...Option) (*Publisher, err
 	p.pub.PublishSettings = settings
 	p.pub.EnableMessageOrdering = true
 	p.maxBytes = maxMessageBytes(p.pub.String())
+	p.rec = newRecorder(&cfg, p.pub.String())
 	for i := range p.shards {
 		p.shards[i].keys = make(map[string]*keyState)
 	}
@@ -133,15 +135,15 @@ func (p *Publisher) Publish(ctx context.Context, msg *Message, opts ...PublishOp
 	}
 	// The Result is made first and the message prepared in it, which
 	// saves copying the message, and a failure is reported in it too.
-	r := &Result{}
+	r := &Result{start: p.rec.now()}
 	size, err := p.prepare(msg, callKey, &r.msg)
 	if err != nil {
-		return r.fail(err)
+		return p.refuse(r, err)
 	}
 	r.size = size
 	if p.flow != nil {
 		if err := p.flow.acquire(ctx, 1, p.flow.bound(size)); err != nil {
-			return r.fail(err)
+			return p.refuse(r, err)
 		}
 		r.room = true
 	}
@@ -151,7 +153,7 @@ func (p *Publisher) Publish(ctx context.Context, msg *Message, opts ...PublishOp
 		if p.flow != nil {
 			p.flow.release(size)
 		}
-		return r.fail(ErrClosed)
+		return p.refuse(r, ErrClosed)
 	}
 	p.send(ctx, r)
 	return r
@@ -280,4 +282,5 @@ func (p *Publisher) shutdown() {
 	p.pub.Flush()
 	p.watchers.Wait()
 	p.pub.Stop()
+	p.rec.close()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"cloud.google.com/go/pubsub/v2"
 )
@@ -62,7 +63,10 @@ type Result struct {
 	// taken is set once Retry has taken msg to send it again. Guarded by
 	// mu.
 	taken bool
-	_     [16]byte // to 192 bytes, which keeps the first line whole
+	// start is when Publish (or Retry) was called, by recorder.now:
+	// for keyorder.publisher.publish.duration and the rate check.
+	start time.Duration
+	_     [8]byte // to 192 bytes, which keeps the first line whole
 }
 
 // Result states.

@@ -101,7 +101,7 @@ func (p *Publisher) Retry(ctx context.Context, failed ...*Result) ([]*Result, er
 	}
 	retried := make([]*Result, len(failed))
 	for _, i := range order {
-		r := &Result{msg: msgs[i], size: failed[i].size, room: p.flow != nil}
+		r := &Result{msg: msgs[i], size: failed[i].size, room: p.flow != nil, start: p.rec.now()}
 		p.send(ctx, r)
 		retried[i] = r
 	}

@@ -1,0 +1,234 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+)
+
+// WithMeterProvider sets where the publisher reports its metrics (see the
+// package documentation, Observability). The default is the global
+// provider, otel.GetMeterProvider(), which does nothing until the
+// application installs one with otel.SetMeterProvider; it is looked up by
+// [New]. New returns an error matching [ErrInvalidConfig] if mp is nil.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) error {
+		if mp == nil {
+			return fmt.Errorf("keyorder/publisher: %w: WithMeterProvider(nil): leave the option out for the global provider", ErrInvalidConfig)
+		}
+		c.meterProvider = mp
+		return nil
+	}
+}
+
+// WithLogger sets the publisher's logger (see the package documentation,
+// Observability). It logs a key's failure at Warn and its resume at Info,
+// once each per failure, and a key publishing faster than the service
+// takes at Warn, once per episode: nothing per message. The default is
+// slog.Default() as it is when [New] runs, so that failures are seen
+// without setup. New returns an error matching [ErrInvalidConfig] if l is
+// nil; slog.New(slog.DiscardHandler) logs nothing.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return fmt.Errorf("keyorder/publisher: %w: WithLogger(nil): use slog.New(slog.DiscardHandler) to log nothing", ErrInvalidConfig)
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// A recorder turns the events a Publisher already has into metrics and
+// logs: a message refused by Publish, a Result settled by its key's gate,
+// a key paused by a failure and resumed, a key's message enqueued. Nothing
+// else in the package measures or logs, so the hot path pays one call per
+// event: with the default, no-op, meter provider, a few nanoseconds (see
+// the README, Publisher metrics).
+//
+// Metric attributes never carry a key, since keys are unbounded; logs do,
+// since they are needed to act on a failure. Nothing is logged per message.
+type recorder struct {
+	log *slog.Logger // with the topic
+
+	messages metric.Int64Counter
+	duration metric.Float64Histogram
+	hotKeys  metric.Int64Counter
+	gauges   metric.Registration // nil if registering failed
+	// pausedKeys counts the keys whose failure is set
+	// (keyState.failure): increased by the watcher that sets it,
+	// decreased by the one that resumes the key; read by the gauge's
+	// callback.
+	pausedKeys atomic.Int64
+
+	// The attribute sets, made once: a measurement costs no allocation.
+	countAs [numOutcomes][]metric.AddOption
+	timeAs  [numOutcomes][]metric.RecordOption
+	hotAs   []metric.AddOption
+
+	// The rate check (rate.go): a key that publishes more than limit
+	// bytes within one window is hot. Set by New, or by tests before the
+	// first Publish.
+	window time.Duration
+	limit  int64
+	// clock, if set, replaces the monotonic clock of now: a hook for
+	// tests, set before the first Publish.
+	clock func() time.Duration
+}
+
+// The instruments' names, their attributes, and the attributes' values.
+const (
+	meterName = "github.com/keyorder/keyorder/publisher"
+
+	metricMessages  = "keyorder.publisher.messages"
+	metricPaused    = "keyorder.publisher.paused_keys"
+	metricDuration  = "keyorder.publisher.publish.duration"
+	metricHotKeys   = "keyorder.publisher.hot_keys"
+	attrDestination = "messaging.destination.name" // OpenTelemetry's convention: the topic's full name
+	attrOutcome     = "keyorder.outcome"
+)
+
+// An outcome is how a Result ended, as keyorder.publisher.messages counts
+// it.
+type outcome int
+
+const (
+	outPublished outcome = iota // the service took it
+	outFailed                   // sent, and the service did not take it: a *PublishError, not Skipped
+	outSkipped                  // failed with an earlier message of its key (P4): Skipped
+	outInvalid                  // refused by Publish, nothing sent: validation, flow control, ErrClosed
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"published", "failed", "skipped", "invalid"}
+
+// durationBuckets are OpenTelemetry's recommended bounds for durations in
+// seconds (the SDK's default ones are meant for milliseconds).
+var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
+
+// epoch is the origin of now: a monotonic reading of the clock fits a
+// Result in 8 bytes as a duration since then.
+var epoch = time.Now()
+
+// newRecorder returns the recorder of a Publisher on topic, a full name,
+// with cfg's provider and logger, or the global ones as they are now.
+func newRecorder(cfg *config, topic string) *recorder {
+	log := cfg.logger
+	if log == nil {
+		log = slog.Default()
+	}
+	o := &recorder{
+		log:    log.With(slog.String("topic", topic)),
+		window: rateWindow,
+		limit:  rateLimit * int64(rateWindow/time.Second),
+	}
+	mp := cfg.meterProvider
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	m := mp.Meter(meterName)
+	var errs []error
+	check := func(err error) { errs = append(errs, err) }
+
+	var err error
+	o.messages, err = m.Int64Counter(metricMessages, metric.WithUnit("{message}"),
+		metric.WithDescription("Messages given to Publish or Retry, by outcome, counted once each when their Result is ready; unordered messages are counted only when refused (invalid)."))
+	check(err)
+	o.duration, err = m.Float64Histogram(metricDuration, metric.WithUnit("s"),
+		metric.WithDescription("Time from Publish to its Result, by outcome, for the messages of a key that were handed to the official client."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	check(err)
+	o.hotKeys, err = m.Int64Counter(metricHotKeys, metric.WithUnit("{key}"),
+		metric.WithDescription("Keys found publishing faster than the service's limit per ordering key, once per episode."))
+	check(err)
+	paused, err := m.Int64ObservableGauge(metricPaused, metric.WithUnit("{key}"),
+		metric.WithDescription("Keys held behind a failure: their failed tail is draining, and later messages wait for it."))
+	check(err)
+
+	dest := attribute.String(attrDestination, topic)
+	observed := metric.WithAttributeSet(attribute.NewSet(dest))
+	o.gauges, err = m.RegisterCallback(func(_ context.Context, ob metric.Observer) error {
+		ob.ObserveInt64(paused, o.pausedKeys.Load(), observed)
+		return nil
+	}, paused)
+	check(err)
+	if err := errors.Join(errs...); err != nil {
+		// The API hands back working instruments with its errors, but
+		// guard against one that does not.
+		log.Warn("keyorder/publisher: metrics", "error", err)
+		if o.messages == nil {
+			o.messages = noop.Int64Counter{}
+		}
+		if o.duration == nil {
+			o.duration = noop.Float64Histogram{}
+		}
+		if o.hotKeys == nil {
+			o.hotKeys = noop.Int64Counter{}
+		}
+	}
+	for i, name := range outcomeNames {
+		set := attribute.NewSet(dest, attribute.String(attrOutcome, name))
+		o.countAs[i] = []metric.AddOption{metric.WithAttributeSet(set)}
+		o.timeAs[i] = []metric.RecordOption{metric.WithAttributeSet(set)}
+	}
+	o.hotAs = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(dest))}
+	return o
+}
+
+// close unregisters the gauge once the publisher has shut down.
+func (o *recorder) close() {
+	if o.gauges != nil {
+		_ = o.gauges.Unregister()
+	}
+}
+
+// now reads the monotonic clock, as a duration since epoch.
+func (o *recorder) now() time.Duration {
+	if o.clock != nil {
+		return o.clock()
+	}
+	return time.Since(epoch)
+}
+
+// refuse fails r, which Publish did not send, with err, and counts it as
+// invalid. A refused message takes no time worth a histogram: its Result
+// is ready when Publish returns.
+func (p *Publisher) refuse(r *Result, err error) *Result {
+	p.rec.messages.Add(context.Background(), 1, p.rec.countAs[outInvalid]...)
+	return r.fail(err)
+}
+
+// settled records r's outcome, at now, before its Result is made ready:
+// whoever sees a Result ready sees it counted.
+func (o *recorder) settled(r *Result, out outcome, now time.Duration) {
+	o.messages.Add(context.Background(), 1, o.countAs[out]...)
+	o.duration.Record(context.Background(), (now - r.start).Seconds(), o.timeAs[out]...)
+}
+
+// paused records that key's message failed with err and took tail, the
+// key's later messages in flight, with it (P4). The gate's mutex is held.
+func (o *recorder) paused(key string, failed *Result, tail []*Result, err error) {
+	now := o.now()
+	o.settled(failed, outFailed, now)
+	for _, r := range tail {
+		o.settled(r, outSkipped, now)
+	}
+	o.pausedKeys.Add(1)
+	o.log.LogAttrs(context.Background(), slog.LevelWarn, "keyorder/publisher: key paused",
+		slog.String("key", key), slog.Any("error", err), slog.Int("failed", 1+len(tail)))
+}
+
+// resumed records that key resumed (P5), sending held, the messages
+// published while it was paused. The gate's mutex is held.
+func (o *recorder) resumed(key string, held int) {
+	o.pausedKeys.Add(-1)
+	o.log.LogAttrs(context.Background(), slog.LevelInfo, "keyorder/publisher: key resumed",
+		slog.String("key", key), slog.Int("held", held))
+}
