@@ -113,9 +113,9 @@ var outcomeNames = [numOutcomes]string{"published", "failed", "skipped", "invali
 // seconds (the SDK's default ones are meant for milliseconds).
 var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
 
-// epoch is the origin of now: a monotonic reading of the clock fits a
+// clockStart is the origin of now: a monotonic reading of the clock fits a
 // Result in 8 bytes as a duration since then.
-var epoch = time.Now()
+var clockStart = time.Now()
 
 // newRecorder returns the recorder of a Publisher on topic, a full name,
 // with cfg's provider and logger, or the global ones as they are now.
@@ -189,12 +189,12 @@ func (o *recorder) close() {
 	}
 }
 
-// now reads the monotonic clock, as a duration since epoch.
+// now reads the monotonic clock, as a duration since clockStart.
 func (o *recorder) now() time.Duration {
 	if o.clock != nil {
 		return o.clock()
 	}
-	return time.Since(epoch)
+	return time.Since(clockStart)
 }
 
 // refuse fails r, which Publish did not send, with err, and counts it as
