@@ -1,140 +1,25 @@
 package publisher_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
-	"strings"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/otel/attribute"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/grpc/codes"
 
 	"github.com/keyorder/keyorder/internal/harness"
+	"github.com/keyorder/keyorder/internal/metrictest"
 	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/publisher"
 )
 
-// meter is an SDK meter provider read by hand, for one test.
-type meter struct {
-	*sdkmetric.MeterProvider
-	reader *sdkmetric.ManualReader
-}
-
-func newMeter(t *testing.T) meter {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	return meter{mp, reader}
-}
-
-// instrument is what one instrument reported: its unit, and each data
-// point's value (a histogram's count, with its sum in sums) by its
-// attributes other than the topic, written "k=v,k=v".
-type instrument struct {
-	unit   string
-	points map[string]float64
-	sums   map[string]float64
-}
-
-// read reads every instrument of m. It returns an error, rather than
-// failing the test, so that it can run on the publisher's goroutines: if a
-// data point does not name topic, or an attribute value is one of keys
-// (keys are unbounded, and never go in an attribute).
-func (m meter) read(topic string, keys []string) (map[string]instrument, error) {
-	var rm metricdata.ResourceMetrics
-	if err := m.reader.Collect(context.Background(), &rm); err != nil {
-		return nil, err
-	}
-	var errs []error
-	out := map[string]instrument{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, md := range sm.Metrics {
-			in := instrument{unit: md.Unit, points: map[string]float64{}, sums: map[string]float64{}}
-			add := func(set attribute.Set, v, sum float64) {
-				var kv []string
-				named := false
-				for _, a := range set.ToSlice() {
-					val := a.Value.Emit()
-					for _, k := range keys {
-						if val == k {
-							errs = append(errs, fmt.Errorf("%s: key %q in attribute %s", md.Name, k, a.Key))
-						}
-					}
-					if a.Key == "messaging.destination.name" {
-						named = val == topic
-						continue
-					}
-					kv = append(kv, string(a.Key)+"="+val)
-				}
-				if !named {
-					errs = append(errs, fmt.Errorf("%s: a point without the topic: %v", md.Name, set.ToSlice()))
-				}
-				sort.Strings(kv)
-				k := strings.Join(kv, ",")
-				in.points[k] += v
-				in.sums[k] += sum
-			}
-			switch d := md.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, p := range d.DataPoints {
-					add(p.Attributes, float64(p.Value), 0)
-				}
-			case metricdata.Histogram[float64]:
-				for _, p := range d.DataPoints {
-					add(p.Attributes, float64(p.Count), p.Sum)
-				}
-			case metricdata.Gauge[int64]:
-				for _, p := range d.DataPoints {
-					add(p.Attributes, float64(p.Value), 0)
-				}
-			default:
-				errs = append(errs, fmt.Errorf("%s: unexpected data %T", md.Name, md.Data))
-			}
-			out[md.Name] = in
-		}
-	}
-	return out, errors.Join(errs...)
-}
-
-// collect is read on the test's goroutine.
-func (m meter) collect(t *testing.T, topic string, keys []string) map[string]instrument {
-	t.Helper()
-	got, err := m.read(topic, keys)
-	require.NoError(t, err)
-	return got
-}
-
-// logRecords is a JSON log of one test, safe for concurrent use.
-type logRecords struct{ harness.Buffer }
-
-func (l *logRecords) handler() slog.Handler {
-	return slog.NewJSONHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug})
-}
-
-// records returns the records logged so far.
-func (l *logRecords) records(t *testing.T) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for _, line := range bytes.Split(bytes.TrimSpace([]byte(l.String())), []byte("\n")) {
-		if len(line) == 0 {
-			continue
-		}
-		var rec map[string]any
-		require.NoError(t, json.Unmarshal(line, &rec), "%s", line)
-		out = append(out, rec)
-	}
-	return out
-}
+// topicAttr names the topic in each data point.
+const topicAttr = "messaging.destination.name"
 
 // hooked is a slog handler that calls on for each record before passing it
 // on: a test can look at the publisher while it logs an event.
@@ -164,8 +49,8 @@ func (h hooked) WithAttrs(as []slog.Attr) slog.Handler {
 //   - 1 Publish after Close: invalid.
 func TestObservability(t *testing.T) {
 	t.Parallel()
-	m := newMeter(t)
-	var logs logRecords
+	m := metrictest.NewMeter(t)
+	var logs metrictest.Log
 	e := newFakeEnv(t)
 	ctx := testContext(t)
 	topic := "projects/" + harness.Project + "/topics/" + e.topic
@@ -175,14 +60,14 @@ func TestObservability(t *testing.T) {
 	// is observed while the tail drains, and the failure counted.
 	var (
 		mu          sync.Mutex
-		whilePaused map[string]instrument
+		whilePaused map[string]metrictest.Instrument
 		readErr     error
 	)
-	logger := slog.New(hooked{logs.handler(), func(r slog.Record) {
+	logger := slog.New(hooked{logs.Handler(), func(r slog.Record) {
 		if r.Message == "keyorder/publisher: key paused" {
 			mu.Lock()
 			defer mu.Unlock()
-			whilePaused, readErr = m.read(topic, keys)
+			whilePaused, readErr = m.Read(topicAttr, topic, keys)
 		}
 	}})
 
@@ -217,32 +102,32 @@ func TestObservability(t *testing.T) {
 		require.NoError(t, err, "result %d", i)
 	}
 	// K-8 was held until K resumed, or sent after: it resumed.
-	before := m.collect(t, topic, keys)
+	before := m.Collect(t, topicAttr, topic, keys)
 	require.NoError(t, p.Close(ctx))
 	_, err := p.Publish(ctx, &publisher.Message{Data: []byte("late")}, publisher.WithOrderingKey("K")).Get(ctx)
 	require.ErrorIs(t, err, publisher.ErrClosed)
-	got := m.collect(t, topic, keys)
+	got := m.Collect(t, topicAttr, topic, keys)
 
 	t.Run("messages", func(t *testing.T) {
 		in := got["keyorder.publisher.messages"]
-		assert.Equal(t, "{message}", in.unit)
+		assert.Equal(t, "{message}", in.Unit)
 		assert.Equal(t, map[string]float64{
 			"keyorder.outcome=published": 8, // K-0, K-1, K-8, K-9, L-0..L-3; not the unordered one
 			"keyorder.outcome=failed":    1, // K-2
 			"keyorder.outcome=skipped":   float64(len(tail)),
 			"keyorder.outcome=invalid":   3, // 2 invalid, 1 after Close
-		}, in.points)
+		}, in.Points)
 		assert.Len(t, tail, 5)
 	})
 	t.Run("publish.duration", func(t *testing.T) {
 		in := got["keyorder.publisher.publish.duration"]
-		assert.Equal(t, "s", in.unit)
+		assert.Equal(t, "s", in.Unit)
 		assert.Equal(t, map[string]float64{
 			"keyorder.outcome=published": 8,
 			"keyorder.outcome=failed":    1,
 			"keyorder.outcome=skipped":   5,
-		}, in.points, "one per Result handed to the official client; none for refused ones")
-		for k, sum := range in.sums {
+		}, in.Points, "one per Result handed to the official client; none for refused ones")
+		for k, sum := range in.Sums {
 			assert.Positive(t, sum, k)
 		}
 	})
@@ -251,22 +136,22 @@ func TestObservability(t *testing.T) {
 		defer mu.Unlock()
 		require.NoError(t, readErr)
 		require.NotNil(t, whilePaused, "read when K paused")
-		assert.Equal(t, "{key}", whilePaused["keyorder.publisher.paused_keys"].unit)
-		assert.Equal(t, map[string]float64{"": 1}, whilePaused["keyorder.publisher.paused_keys"].points)
+		assert.Equal(t, "{key}", whilePaused["keyorder.publisher.paused_keys"].Unit)
+		assert.Equal(t, map[string]float64{"": 1}, whilePaused["keyorder.publisher.paused_keys"].Points)
 		assert.Equal(t, map[string]float64{
 			"keyorder.outcome=published": 6, // L-0..L-3, K-0, K-1
 			"keyorder.outcome=failed":    1,
 			"keyorder.outcome=skipped":   5,
-		}, whilePaused["keyorder.publisher.messages"].points,
+		}, whilePaused["keyorder.publisher.messages"].Points,
 			"the failure and its tail are counted before K-2's Result is ready")
-		assert.Equal(t, map[string]float64{"": 0}, before["keyorder.publisher.paused_keys"].points, "K resumed")
-		assert.Empty(t, got["keyorder.publisher.paused_keys"].points, "observed after Close")
+		assert.Equal(t, map[string]float64{"": 0}, before["keyorder.publisher.paused_keys"].Points, "K resumed")
+		assert.Empty(t, got["keyorder.publisher.paused_keys"].Points, "observed after Close")
 	})
 	t.Run("hot_keys", func(t *testing.T) {
-		assert.Zero(t, got["keyorder.publisher.hot_keys"].points[""])
+		assert.Zero(t, got["keyorder.publisher.hot_keys"].Points[""])
 	})
 	t.Run("logs", func(t *testing.T) {
-		recs := logs.records(t)
+		recs := logs.Records(t)
 		require.Len(t, recs, 2, "one pause, one resume, nothing per message: %v", recs)
 		paused, resumed := recs[0], recs[1]
 		assert.Equal(t, "WARN", paused["level"])
@@ -288,13 +173,13 @@ func TestObservability(t *testing.T) {
 // resume once at Info, and nothing else.
 func TestLogPerFailure(t *testing.T) {
 	t.Parallel()
-	var logs logRecords
+	var logs metrictest.Log
 	e := newFakeEnv(t)
 	ctx := testContext(t)
 	for _, k := range []string{"a", "b", "c"} {
 		e.srv.FailPublish(orderingtest.Data(k+"-5"), codes.PermissionDenied, 1)
 	}
-	p := e.newPublisher(t, nil, publisher.WithPublishSettings(settings(1)), publisher.WithLogger(slog.New(logs.handler())))
+	p := e.newPublisher(t, nil, publisher.WithPublishSettings(settings(1)), publisher.WithLogger(slog.New(logs.Handler())))
 	var rs []*publisher.Result
 	for i := 0; i < 20; i++ {
 		for _, k := range []string{"a", "b", "c", "d"} {
@@ -310,7 +195,7 @@ func TestLogPerFailure(t *testing.T) {
 	}
 	require.NoError(t, p.Close(ctx))
 
-	recs := logs.records(t)
+	recs := logs.Records(t)
 	var paused, resumed []string
 	n := 0
 	for _, r := range recs {
@@ -358,9 +243,9 @@ func TestObservabilityOptions(t *testing.T) {
 // is when New runs. It sets the default logger, so it does not run in
 // parallel.
 func TestDefaultLogger(t *testing.T) {
-	var logs logRecords
+	var logs metrictest.Log
 	prev := slog.Default()
-	slog.SetDefault(slog.New(logs.handler()))
+	slog.SetDefault(slog.New(logs.Handler()))
 	t.Cleanup(func() { slog.SetDefault(prev) })
 
 	e := newFakeEnv(t)
@@ -371,7 +256,7 @@ func TestDefaultLogger(t *testing.T) {
 	_, err := p.Publish(ctx, &publisher.Message{Data: []byte("k-0")}, publisher.WithOrderingKey("k")).Get(ctx)
 	require.Error(t, err)
 	require.NoError(t, p.Close(ctx))
-	recs := logs.records(t)
+	recs := logs.Records(t)
 	require.Len(t, recs, 2, "%v", recs)
 	assert.Equal(t, "keyorder/publisher: key paused", recs[0]["msg"])
 	assert.Equal(t, "keyorder/publisher: key resumed", recs[1]["msg"])

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyorder/keyorder/internal/harness"
+	"github.com/keyorder/keyorder/internal/metrictest"
 	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/publisher"
 )
@@ -27,15 +28,15 @@ import (
 //     again is a new episode, with a new warning.
 func TestHotKeyWarning(t *testing.T) {
 	t.Parallel()
-	m := newMeter(t)
-	var logs logRecords
+	m := metrictest.NewMeter(t)
+	var logs metrictest.Log
 	e := newFakeEnv(t)
 	ctx := testContext(t)
 	topic := "projects/" + harness.Project + "/topics/" + e.topic
 	keys := []string{"hot", "cool"}
 	hold := e.srv.HoldPublish(orderingtest.AnyMessage)
 	// Without stamps, whose bytes would count too.
-	p := e.newPublisher(t, []*orderingtest.Fault{hold}, publisher.WithMeterProvider(m), publisher.WithLogger(slog.New(logs.handler())), publisher.WithoutStamps())
+	p := e.newPublisher(t, []*orderingtest.Fault{hold}, publisher.WithMeterProvider(m), publisher.WithLogger(slog.New(logs.Handler())), publisher.WithoutStamps())
 	var now atomic.Int64
 	publisher.SetRateCheck(p, time.Second, 1000, func() time.Duration { return time.Duration(now.Load()) })
 
@@ -47,7 +48,7 @@ func TestHotKeyWarning(t *testing.T) {
 	}
 	hot := func() []map[string]any {
 		var out []map[string]any
-		for _, r := range logs.records(t) {
+		for _, r := range logs.Records(t) {
 			if r["msg"] == "keyorder/publisher: hot key" {
 				out = append(out, r)
 			}
@@ -72,8 +73,8 @@ func TestHotKeyWarning(t *testing.T) {
 	assert.Equal(t, topic, w["topic"])
 	assert.Greater(t, w["bytes"], 1000.0)
 	assert.Equal(t, 1000.0, w["limit_bytes"])
-	assert.Equal(t, map[string]float64{"": 1}, m.collect(t, topic, keys)["keyorder.publisher.hot_keys"].points)
-	assert.Equal(t, "{key}", m.collect(t, topic, keys)["keyorder.publisher.hot_keys"].unit)
+	assert.Equal(t, map[string]float64{"": 1}, m.Collect(t, topicAttr, topic, keys)["keyorder.publisher.hot_keys"].Points)
+	assert.Equal(t, "{key}", m.Collect(t, topicAttr, topic, keys)["keyorder.publisher.hot_keys"].Unit)
 
 	// The key cools off: every message done, its gate deleted (P7).
 	hold.Remove()
@@ -95,8 +96,8 @@ func TestHotKeyWarning(t *testing.T) {
 		require.NoError(t, err, "result %d", i)
 	}
 	assert.Len(t, hot(), 2, "hot again after its gate was deleted: a new episode")
-	assert.Equal(t, map[string]float64{"": 2}, m.collect(t, topic, keys)["keyorder.publisher.hot_keys"].points)
-	for _, r := range logs.records(t) {
+	assert.Equal(t, map[string]float64{"": 2}, m.Collect(t, topicAttr, topic, keys)["keyorder.publisher.hot_keys"].Points)
+	for _, r := range logs.Records(t) {
 		assert.True(t, strings.HasPrefix(r["msg"].(string), "keyorder/publisher: hot key"), "nothing else logged: %v", r)
 	}
 }

@@ -1,121 +1,29 @@
 package subscriber_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/otel/attribute"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/keyorder/keyorder/internal/harness"
+	"github.com/keyorder/keyorder/internal/metrictest"
 	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/subscriber"
 )
 
-// meter is an SDK meter provider read by hand, for one test.
-type meter struct {
-	*sdkmetric.MeterProvider
-	reader *sdkmetric.ManualReader
-}
+// subAttr names the subscription in each data point.
+const subAttr = "messaging.destination.subscription.name"
 
-func newMeter(t *testing.T) meter {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	return meter{mp, reader}
-}
-
-// instrument is what one instrument reported: its unit, and each data
-// point's value (a histogram's count, with its sum in sums) by its
-// attributes other than the subscription, written "k=v,k=v".
-type instrument struct {
-	unit   string
-	points map[string]float64
-	sums   map[string]float64
-}
-
-// collect reads every instrument of m. It checks that each data point names
-// sub and that no attribute value is a key of keys: keys are unbounded, and
-// never go in an attribute.
-func (m meter) collect(t *testing.T, sub string, keys []string) map[string]instrument {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	require.NoError(t, m.reader.Collect(context.Background(), &rm))
-	out := map[string]instrument{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, md := range sm.Metrics {
-			in := instrument{unit: md.Unit, points: map[string]float64{}, sums: map[string]float64{}}
-			add := func(set attribute.Set, v, sum float64) {
-				var kv []string
-				named := false
-				for _, a := range set.ToSlice() {
-					val := a.Value.String()
-					assert.NotContains(t, keys, val, "%s: a key in attribute %s", md.Name, a.Key)
-					if a.Key == "messaging.destination.subscription.name" {
-						named = val == sub
-						continue
-					}
-					kv = append(kv, string(a.Key)+"="+val)
-				}
-				assert.True(t, named, "%s: a point without the subscription", md.Name)
-				sort.Strings(kv)
-				k := strings.Join(kv, ",")
-				in.points[k] += v
-				in.sums[k] += sum
-			}
-			switch d := md.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, p := range d.DataPoints {
-					add(p.Attributes, float64(p.Value), 0)
-				}
-			case metricdata.Histogram[float64]:
-				for _, p := range d.DataPoints {
-					add(p.Attributes, float64(p.Count), p.Sum)
-				}
-			case metricdata.Gauge[int64]:
-				for _, p := range d.DataPoints {
-					add(p.Attributes, float64(p.Value), 0)
-				}
-			case metricdata.Gauge[float64]:
-				for _, p := range d.DataPoints {
-					add(p.Attributes, p.Value, 0)
-				}
-			default:
-				t.Errorf("%s: unexpected data %T", md.Name, md.Data)
-			}
-			out[md.Name] = in
-		}
-	}
-	return out
-}
-
-// logRecords is a JSON log of one test, safe for concurrent use.
-type logRecords struct{ harness.Buffer }
-
-func (l *logRecords) logger() *slog.Logger {
-	return slog.New(slog.NewJSONHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-// records returns the records logged so far whose subscription is sub.
-func (l *logRecords) records(t *testing.T, sub string) []map[string]any {
+// records returns the records of logs whose subscription is sub.
+func records(t *testing.T, logs *metrictest.Log, sub string) []map[string]any {
 	t.Helper()
 	var out []map[string]any
-	for _, line := range bytes.Split(bytes.TrimSpace([]byte(l.String())), []byte("\n")) {
-		if len(line) == 0 {
-			continue
-		}
-		var rec map[string]any
-		require.NoError(t, json.Unmarshal(line, &rec), "%s", line)
+	for _, rec := range logs.Records(t) {
 		if rec["subscription"] == sub {
 			out = append(out, rec)
 		}
@@ -143,12 +51,12 @@ func count(recs []map[string]any, level, msg string) int {
 // WithKeyEvents callback panics.
 func TestObservability(t *testing.T) {
 	t.Parallel()
-	m := newMeter(t)
-	var logs logRecords
+	m := metrictest.NewMeter(t)
+	var logs metrictest.Log
 	keys := keyNames(4)
 	const perKey = 10
 	e := newFakeEnv(t, []orderingtest.Option{orderingtest.WithAckDeadline(300 * time.Millisecond)},
-		subscriber.WithMeterProvider(m), subscriber.WithLogger(logs.logger()),
+		subscriber.WithMeterProvider(m), subscriber.WithLogger(logs.Logger()),
 		subscriber.WithMaxAttempts(2), fast,
 		subscriber.WithKeyEvents(func(subscriber.KeyEvent) { panic("key event callback bug") }))
 	e.publish(t, keys, perKey)
@@ -157,7 +65,7 @@ func TestObservability(t *testing.T) {
 
 	var (
 		failedID  string
-		whileHeld map[string]instrument // collected during the call after the hold
+		whileHeld map[string]metrictest.Instrument // collected during the call after the hold
 	)
 	tr.receiveUntil(t, e.sub, tr.handler(func(_ context.Context, d *subscriber.Delivery) error {
 		if string(d.Data) != "key-1/3" {
@@ -168,7 +76,7 @@ func TestObservability(t *testing.T) {
 		case 1, 2:
 			return errInjected
 		case 3:
-			whileHeld = m.collect(t, e.sub.Name(), keys)
+			whileHeld = m.Collect(t, subAttr, e.sub.Name(), keys)
 			panic("injected handler panic")
 		}
 		return nil
@@ -181,11 +89,11 @@ func TestObservability(t *testing.T) {
 	})
 
 	st := e.sub.Stats()
-	got := m.collect(t, e.sub.Name(), keys)
+	got := m.Collect(t, subAttr, e.sub.Name(), keys)
 
 	t.Run("deliveries", func(t *testing.T) {
 		in := got["keyorder.subscriber.deliveries"]
-		assert.Equal(t, "{delivery}", in.unit)
+		assert.Equal(t, "{delivery}", in.Unit)
 		assert.Equal(t, map[string]float64{
 			"keyorder.outcome=acked":                                40,
 			"keyorder.outcome=deduplicated":                         float64(st.Deduplicated),
@@ -195,7 +103,7 @@ func TestObservability(t *testing.T) {
 			"keyorder.outcome=nacked,keyorder.reason=shutdown":      float64(st.NackedShutdown),
 			"keyorder.outcome=nacked,keyorder.reason=room":          float64(st.NackedRoom),
 			"keyorder.outcome=dead_lettered,keyorder.reason=failed": 0,
-		}, withZeros(in.points, "keyorder.outcome=nacked,keyorder.reason=shutdown", "keyorder.outcome=nacked,keyorder.reason=room",
+		}, withZeros(in.Points, "keyorder.outcome=nacked,keyorder.reason=shutdown", "keyorder.outcome=nacked,keyorder.reason=room",
 			"keyorder.outcome=held,keyorder.reason=hold", "keyorder.outcome=dead_lettered,keyorder.reason=failed"))
 		assert.Equal(t, int64(2), st.Failed)
 		assert.Positive(t, st.Deduplicated, "key-0's processed messages came back")
@@ -203,27 +111,27 @@ func TestObservability(t *testing.T) {
 	})
 	t.Run("handler.duration", func(t *testing.T) {
 		in := got["keyorder.subscriber.handler.duration"]
-		assert.Equal(t, "s", in.unit)
+		assert.Equal(t, "s", in.Unit)
 		assert.Equal(t, map[string]float64{
 			"keyorder.outcome=ok":    40,
 			"keyorder.outcome=error": 2,
 			"keyorder.outcome=panic": 1,
-		}, in.points)
-		assert.Positive(t, in.sums["keyorder.outcome=ok"])
+		}, in.Points)
+		assert.Positive(t, in.Sums["keyorder.outcome=ok"])
 	})
 	t.Run("gauges", func(t *testing.T) {
 		require.NotNil(t, whileHeld, "collected during key-1/3's third call")
-		assert.Equal(t, map[string]float64{"": 1}, whileHeld["keyorder.subscriber.held_keys"].points, "key-1 waits on its failed message")
-		assert.Equal(t, "{key}", whileHeld["keyorder.subscriber.held_keys"].unit)
-		assert.Equal(t, "s", whileHeld["keyorder.subscriber.oldest_unacked.age"].unit)
-		assert.Positive(t, whileHeld["keyorder.subscriber.oldest_unacked.age"].points[""], "key-1/3 is running")
+		assert.Equal(t, map[string]float64{"": 1}, whileHeld["keyorder.subscriber.held_keys"].Points, "key-1 waits on its failed message")
+		assert.Equal(t, "{key}", whileHeld["keyorder.subscriber.held_keys"].Unit)
+		assert.Equal(t, "s", whileHeld["keyorder.subscriber.oldest_unacked.age"].Unit)
+		assert.Positive(t, whileHeld["keyorder.subscriber.oldest_unacked.age"].Points[""], "key-1/3 is running")
 		assert.Contains(t, whileHeld, "keyorder.subscriber.queued")
 		for _, name := range []string{"keyorder.subscriber.held_keys", "keyorder.subscriber.queued", "keyorder.subscriber.oldest_unacked.age"} {
-			assert.Empty(t, got[name].points, "%s: reported after Receive returned", name)
+			assert.Empty(t, got[name].Points, "%s: reported after Receive returned", name)
 		}
 	})
 	t.Run("logs", func(t *testing.T) {
-		recs := logs.records(t, e.sub.Name())
+		recs := records(t, &logs, e.sub.Name())
 		assert.Equal(t, 1, count(recs, "WARN", "keyorder/subscriber: key held"))
 		assert.Equal(t, 1, count(recs, "INFO", "keyorder/subscriber: key released"))
 		assert.Equal(t, 2, count(recs, "WARN", "keyorder/subscriber: message failed for good"))
@@ -281,7 +189,7 @@ func withZeros(points map[string]float64, names ...string) map[string]float64 {
 // "slow" blocks in its first call with 2 more behind it.
 func TestGaugesAndHotKeys(t *testing.T) {
 	t.Parallel()
-	m := newMeter(t)
+	m := metrictest.NewMeter(t)
 	e := newFakeEnv(t, nil, subscriber.WithMeterProvider(m), subscriber.WithLogger(slog.New(slog.DiscardHandler)),
 		subscriber.WithBackoff(time.Hour, time.Hour), subscriber.WithWorkers(2))
 	start := time.Now()
@@ -309,11 +217,11 @@ func TestGaugesAndHotKeys(t *testing.T) {
 		return st.Queued == 6 && st.Running == 1 && len(st.Held) == 1
 	}), "stats %+v", e.sub.Stats())
 
-	got := m.collect(t, e.sub.Name(), []string{"stuck", "slow"})
-	assert.Equal(t, map[string]float64{"": 1}, got["keyorder.subscriber.held_keys"].points)
-	assert.Equal(t, map[string]float64{"": 6}, got["keyorder.subscriber.queued"].points)
-	assert.Equal(t, "{delivery}", got["keyorder.subscriber.queued"].unit)
-	age := got["keyorder.subscriber.oldest_unacked.age"].points[""]
+	got := m.Collect(t, subAttr, e.sub.Name(), []string{"stuck", "slow"})
+	assert.Equal(t, map[string]float64{"": 1}, got["keyorder.subscriber.held_keys"].Points)
+	assert.Equal(t, map[string]float64{"": 6}, got["keyorder.subscriber.queued"].Points)
+	assert.Equal(t, "{delivery}", got["keyorder.subscriber.queued"].Unit)
+	age := got["keyorder.subscriber.oldest_unacked.age"].Points[""]
 	assert.Positive(t, age)
 	assert.LessOrEqual(t, age, time.Since(start).Seconds())
 
@@ -360,21 +268,21 @@ func TestGaugesAndHotKeys(t *testing.T) {
 	assert.False(t, st.Receiving)
 	assert.Zero(t, st.Keys)
 	assert.Empty(t, st.TopBacklog)
-	got = m.collect(t, e.sub.Name(), nil)
-	assert.GreaterOrEqual(t, got["keyorder.subscriber.deliveries"].points["keyorder.outcome=nacked,keyorder.reason=shutdown"], 6.0,
+	got = m.Collect(t, subAttr, e.sub.Name(), nil)
+	assert.GreaterOrEqual(t, got["keyorder.subscriber.deliveries"].Points["keyorder.outcome=nacked,keyorder.reason=shutdown"], 6.0,
 		"the queued deliveries were nacked at shutdown")
-	assert.Equal(t, float64(st.NackedShutdown), got["keyorder.subscriber.deliveries"].points["keyorder.outcome=nacked,keyorder.reason=shutdown"])
+	assert.Equal(t, float64(st.NackedShutdown), got["keyorder.subscriber.deliveries"].Points["keyorder.outcome=nacked,keyorder.reason=shutdown"])
 	assert.Equal(t, map[string]float64{"keyorder.outcome=ok": 1, "keyorder.outcome=error": 1},
-		got["keyorder.subscriber.handler.duration"].points, "slow/1 finished during the drain")
+		got["keyorder.subscriber.handler.duration"].Points, "slow/1 finished during the drain")
 }
 
 // TestDefaultLogger checks that Receive logs to slog.Default() as it is
 // when Receive starts. It sets the default logger, so it does not run in
 // parallel.
 func TestDefaultLogger(t *testing.T) {
-	var logs logRecords
+	var logs metrictest.Log
 	prev := slog.Default()
-	slog.SetDefault(logs.logger())
+	slog.SetDefault(logs.Logger())
 	t.Cleanup(func() { slog.SetDefault(prev) })
 
 	e := newFakeEnv(t, nil, subscriber.WithMaxAttempts(1), fast)
@@ -386,7 +294,7 @@ func TestDefaultLogger(t *testing.T) {
 		}
 		return nil
 	}))
-	recs := logs.records(t, e.sub.Name())
+	recs := records(t, &logs, e.sub.Name())
 	assert.Equal(t, 1, count(recs, "WARN", "keyorder/subscriber: key held"), "%v", recs)
 	assert.Equal(t, 1, count(recs, "INFO", "keyorder/subscriber: key released"), "%v", recs)
 }
