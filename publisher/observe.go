@@ -8,10 +8,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/keyorder/keyorder/internal/telemetry"
 )
 
 // WithMeterProvider sets where the publisher reports its metrics (see the
@@ -109,10 +110,6 @@ const (
 
 var outcomeNames = [numOutcomes]string{"published", "failed", "skipped", "invalid"}
 
-// durationBuckets are OpenTelemetry's recommended bounds for durations in
-// seconds (the SDK's default ones are meant for milliseconds).
-var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
-
 // clockStart is the origin of now: a monotonic reading of the clock fits a
 // Result in 8 bytes as a duration since then.
 var clockStart = time.Now()
@@ -129,11 +126,7 @@ func newRecorder(cfg *config, topic string) *recorder {
 		window: rateWindow,
 		limit:  rateLimit * int64(rateWindow/time.Second),
 	}
-	mp := cfg.meterProvider
-	if mp == nil {
-		mp = otel.GetMeterProvider()
-	}
-	m := mp.Meter(meterName)
+	m := telemetry.Meter(cfg.meterProvider, meterName)
 	var errs []error
 	check := func(err error) { errs = append(errs, err) }
 
@@ -143,7 +136,7 @@ func newRecorder(cfg *config, topic string) *recorder {
 	check(err)
 	o.duration, err = m.Float64Histogram(metricDuration, metric.WithUnit("s"),
 		metric.WithDescription("Time from Publish to its Result, by outcome, for the messages of a key that were handed to the official client."),
-		metric.WithExplicitBucketBoundaries(durationBuckets...))
+		metric.WithExplicitBucketBoundaries(telemetry.DurationBuckets...))
 	check(err)
 	o.hotKeys, err = m.Int64Counter(metricHotKeys, metric.WithUnit("{key}"),
 		metric.WithDescription("Keys found publishing faster than the service's limit per ordering key, once per episode."))

@@ -6,10 +6,11 @@ import (
 	"log/slog"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/keyorder/keyorder/internal/telemetry"
 )
 
 // A recorder turns the events a Receive already has into metrics and logs:
@@ -66,10 +67,6 @@ const (
 
 var callOutcomes = [3]string{"ok", "error", "panic"}
 
-// durationBuckets are OpenTelemetry's recommended bounds for durations in
-// seconds (the SDK's default ones are meant for milliseconds).
-var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
-
 // A gaugeSource tells what the gauges report; Receive provides it (census.go).
 type gaugeSource func() (held, queued int, oldest time.Duration)
 
@@ -81,11 +78,7 @@ func newRecorder(s *Subscription, look gaugeSource) *recorder {
 		log = slog.Default() // resolved now, so that SetDefault before Receive counts
 	}
 	o := &recorder{log: log.With(slog.String("subscription", s.name))}
-	mp := s.cfg.meterProvider
-	if mp == nil {
-		mp = otel.GetMeterProvider()
-	}
-	m := mp.Meter(meterName)
+	m := telemetry.Meter(s.cfg.meterProvider, meterName)
 	var errs []error
 	check := func(err error) { errs = append(errs, err) }
 
@@ -95,7 +88,7 @@ func newRecorder(s *Subscription, look gaugeSource) *recorder {
 	check(err)
 	o.duration, err = m.Float64Histogram(metricDuration, metric.WithUnit("s"),
 		metric.WithDescription("Duration of handler calls, by outcome."),
-		metric.WithExplicitBucketBoundaries(durationBuckets...))
+		metric.WithExplicitBucketBoundaries(telemetry.DurationBuckets...))
 	check(err)
 	held, err := m.Int64ObservableGauge(metricHeldKeys, metric.WithUnit("{key}"),
 		metric.WithDescription("Keys waiting on a failed message: for its retry, or held until the service brings it back."))
