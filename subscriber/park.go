@@ -45,7 +45,10 @@ import (
 //   - failed: a message that fails for good parks its key, instead of
 //     being nacked with its tail (S5).
 
-// Attributes of a parked message, besides its own.
+// Attributes of a parked message, besides its own. A parked message keeps
+// its original's stamp ([ordering.ProducerAttribute],
+// [ordering.SeqAttribute]), which the parking publisher does not replace,
+// so that the released Delivery has the original's Producer and Seq.
 const (
 	// AttrParkID names the park the message belongs to: its key's park
 	// from the failure to the release. Releases read the parking topic
@@ -213,12 +216,14 @@ func newParking(s *Subscription, r *receiver) (*parking, error) {
 	p.b.kick = make(chan struct{}, 1)
 	p.ops, p.cancelOps = context.WithCancel(context.Background())
 	var err error
+	// Neither publisher stamps (S12): the control log orders itself, and a
+	// parked copy keeps its original's stamp (flight.copyOf).
 	if p.ctl, err = publisher.New(s.client, p.topics.control,
-		publisher.WithDefaultOrderingKey(controlKey), publisher.WithPublishSettings(fastPublish)); err != nil {
+		publisher.WithDefaultOrderingKey(controlKey), publisher.WithPublishSettings(fastPublish), publisher.WithoutStamps()); err != nil {
 		return nil, err
 	}
 	if r != nil {
-		if p.out, err = publisher.New(s.client, p.topics.park, publisher.WithPublishSettings(fastPublish)); err != nil {
+		if p.out, err = publisher.New(s.client, p.topics.park, publisher.WithPublishSettings(fastPublish), publisher.WithoutStamps()); err != nil {
 			_ = p.ctl.Close(context.Background())
 			return nil, err
 		}

@@ -168,11 +168,17 @@ func (fl *flight) fly() {
 // copyOf is the parking topic's copy of j's message.
 func (fl *flight) copyOf(j *job, park string) *publisher.Message {
 	m := j.msg
-	headers := make(map[string]string, len(m.Attributes)+6)
+	headers := make(map[string]string, len(m.Attributes)+6+ordering.StampAttributes)
 	for k, v := range m.Attributes {
 		if k != ordering.Header { // the key travels as the ordering key (P2)
 			headers[k] = v
 		}
+	}
+	// The original's stamp, which Delivery took out of the attributes:
+	// the released message is the same message of the same producer, and
+	// a store that applies it once (examples/inbox) must know it.
+	if j.d.Seq != 0 {
+		ordering.Stamp{Producer: j.d.Producer, Seq: j.d.Seq}.Put(headers)
 	}
 	headers[AttrParkID] = park
 	headers[AttrMessageID] = j.d.ID

@@ -369,6 +369,7 @@ func (rr *releaseRun) runOne(ctx context.Context, id string, m *pubsub.Message) 
 		}
 	}
 	r.seen.add(id)
+	r.processedStamp(j) // so that the key's next message is no gap (S12)
 	rr.done[id] = true
 	delete(rr.content, id)
 	r.s.counts.released.Add(1)
@@ -416,8 +417,12 @@ func (rr *releaseRun) stop(err error, id, msg string) {
 }
 
 // releasedDelivery is the Delivery of a parked copy: the message as it was
-// first delivered, without the parking attributes.
+// first delivered, its stamp included, without the parking attributes.
 func releasedDelivery(key, id string, m *pubsub.Message) Delivery {
+	var st ordering.Stamp
+	if parsed, err := ordering.ParseStamp(m.Attributes); err == nil {
+		st = parsed
+	}
 	headers := maps.Clone(m.Attributes)
 	for k := range headers {
 		if strings.HasPrefix(k, "keyorder-") {
@@ -429,5 +434,5 @@ func releasedDelivery(key, id string, m *pubsub.Message) Delivery {
 	}
 	headers[ordering.Header] = key
 	published, _ := time.Parse(time.RFC3339Nano, m.Attributes[AttrPublishTime])
-	return Delivery{ID: id, Key: key, Data: m.Data, Headers: headers, PublishTime: published}
+	return Delivery{ID: id, Key: key, Data: m.Data, Headers: headers, PublishTime: published, Producer: st.Producer, Seq: st.Seq}
 }

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/keyorder/keyorder/internal/harness"
+	"github.com/keyorder/keyorder/ordering"
 	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/subscriber"
@@ -112,6 +113,13 @@ func TestParkingPoisonMidKey(t *testing.T) {
 		assert.NotEmpty(t, m.Attributes[subscriber.AttrParkID])
 		assert.Equal(t, parked[0].Attributes[subscriber.AttrParkID], m.Attributes[subscriber.AttrParkID], "one park")
 		assert.NotContains(t, m.Attributes, "partition-key", "the key is the ordering key (P2)")
+		// The original's stamp, from the publisher that published it.
+		want, err := ordering.ParseStamp(orig.Attributes)
+		require.NoError(t, err)
+		require.False(t, want.IsZero(), "the original is stamped")
+		got, err := ordering.ParseStamp(m.Attributes)
+		require.NoError(t, err)
+		assert.Equal(t, want, got, "the copy keeps the original's stamp")
 		if i == 0 {
 			assert.Equal(t, "3", m.Attributes[subscriber.AttrAttempts])
 			assert.Equal(t, "poison: "+errInjected.Error(), m.Attributes[subscriber.AttrError])
@@ -230,10 +238,14 @@ func TestReleaseAfterTheFix(t *testing.T) {
 	tr.expect("key-1", 20)
 	var broken atomic.Bool
 	broken.Store(true)
+	stamps := map[string]ordering.Stamp{} // by data, as the handler saw them
 	stop := start(t, e.sub, tr.handler(func(_ context.Context, d *subscriber.Delivery) error {
 		if string(d.Data) == "key-1/4" && broken.Load() {
 			return subscriber.Permanent(errInjected)
 		}
+		mu.Lock()
+		defer mu.Unlock()
+		stamps[string(d.Data)] = ordering.Stamp{Producer: d.Producer, Seq: d.Seq}
 		return nil
 	}))
 	e.awaitParked(t, "key-1", 7)
@@ -257,6 +269,15 @@ func TestReleaseAfterTheFix(t *testing.T) {
 	assert.Equal(t, subscriber.KeyUnparked, events[1].Kind)
 	assert.Equal(t, subscriber.ReasonReleased, events[1].Reason)
 	assert.Equal(t, events[0].MessageID, events[1].MessageID, "the message that parked the key")
+	// A released message is the original, stamp and all (S12).
+	for _, m := range e.srv.Messages(e.topic) {
+		if m.OrderingKey != "key-1" {
+			continue
+		}
+		want, err := ordering.ParseStamp(m.Attributes)
+		require.NoError(t, err)
+		assert.Equal(t, want, stamps[string(m.Data)], "%s", m.Data)
+	}
 	mu.Unlock()
 
 	e.publishSeqs(t, "key-1", 16, 20)
@@ -721,4 +742,67 @@ func TestReleaseWhileMessagesArrive(t *testing.T) {
 	stopB()
 	tr.verify(t)
 	t.Logf("released %d, parked %d and %d", subB.Stats().Released, subA.Stats().Parked, subB.Stats().Parked)
+}
+
+// TestReleasedStampsAreProcessed checks that parking keeps S12: a parked
+// copy carries its original's stamp to the released Delivery, and the
+// released numbers count as processed, so the producer's next message of
+// the key, received as usual, is no gap.
+func TestReleasedStampsAreProcessed(t *testing.T) {
+	t.Parallel()
+	gaps := make(chan subscriber.Gap, 10)
+	e := newParkEnv(t, nil, subscriber.WithGapHandler(func(g subscriber.Gap) { gaps <- g }))
+	ctx := testContext(t)
+	p, err := publisher.New(e.client, e.topic)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, p.Close(ctx)) }()
+	pub := func(from, to int) {
+		t.Helper()
+		var results []*publisher.Result
+		for _, data := range seqs("k", from, to) {
+			results = append(results, p.Publish(ctx, &publisher.Message{Data: []byte(data)}, publisher.WithOrderingKey("k")))
+		}
+		for _, r := range results {
+			_, err := r.Get(ctx)
+			require.NoError(t, err)
+		}
+	}
+	pub(1, 4)
+	tr := newTracker(nil, 0)
+	tr.expect("k", 5)
+	var broken atomic.Bool
+	broken.Store(true)
+	var (
+		mu   sync.Mutex
+		seen []uint64
+	)
+	stop := start(t, e.sub, tr.handler(func(_ context.Context, d *subscriber.Delivery) error {
+		if string(d.Data) == "k/2" && broken.Load() {
+			return subscriber.Permanent(errInjected)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		assert.Equal(t, p.Producer(), d.Producer, "%s", d.Data)
+		seen = append(seen, d.Seq)
+		return nil
+	}))
+	e.awaitParked(t, "k", 3)
+	broken.Store(false)
+	require.NoError(t, e.sub.Release(ctx, "k"))
+	pub(5, 5)
+	select {
+	case <-tr.done:
+	case <-time.After(testTimeout):
+		t.Fatalf("k has %d processed", tr.processed("k"))
+	}
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, seen, 5)
+	epoch, _ := ordering.SplitSeq(seen[0])
+	for i, seq := range seen {
+		assert.Equal(t, ordering.MakeSeq(epoch, uint32(i+1)), seq, "k/%d", i+1)
+	}
+	assert.Empty(t, gaps, "the released numbers were processed")
+	assert.Zero(t, e.sub.Stats().Gaps)
 }
