@@ -322,3 +322,53 @@ func benchmarkPaired(b *testing.B, settings pubsub.PublishSettings, round int) {
 	b.ReportMetric(sums[0].elapsed.Seconds()/sums[1].elapsed.Seconds(), "ratio")
 	b.ReportMetric(float64(sums[1].cpu)/float64(sums[0].cpu), "cpu-ratio")
 }
+
+// BenchmarkPublishUnordered publishes bursts of 10,000 messages without a
+// key, default settings: keyorder hands each to the official client and
+// watches its result to count it.
+func BenchmarkPublishUnordered(b *testing.B) {
+	const burst = 10_000
+	e := newEnv(b, discardPublishes())
+	ctx := context.Background()
+	data := make([]byte, 128)
+	headers := map[string]string{"kind": "order-created"}
+
+	b.Run("official", func(b *testing.B) {
+		pub := e.client.Publisher(e.topic)
+		defer pub.Stop()
+		results := make([]*pubsub.PublishResult, burst)
+		m := startPerMessage()
+		for b.Loop() {
+			for i := range results {
+				results[i] = pub.Publish(ctx, &pubsub.Message{Data: data, Attributes: headers})
+			}
+			for _, r := range results {
+				if _, err := r.Get(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		m.report(b, b.N*burst)
+	})
+
+	b.Run("keyorder", func(b *testing.B) {
+		p, err := publisher.New(e.client, e.topic)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() { _ = p.Close(ctx) }()
+		results := make([]*publisher.Result, burst)
+		m := startPerMessage()
+		for b.Loop() {
+			for i := range results {
+				results[i] = p.Publish(ctx, &publisher.Message{Data: data, Headers: headers})
+			}
+			for _, r := range results {
+				if _, err := r.Get(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		m.report(b, b.N*burst)
+	})
+}

@@ -98,12 +98,13 @@
 //     "invalid", refused by Publish with nothing sent: a
 //     [*ValidationError] (P6), a flow-control refusal or a ctx that ended
 //     while waiting for room, or [ErrClosed]. Each Result of Publish or
-//     Retry is counted once, before it is ready. An unordered message's
-//     Result is the official client's own, which no goroutine of the
-//     publisher waits for: it is counted only if refused.
+//     Retry is counted once, before it is ready; an unordered message,
+//     whose Result is the official client's own, once the publisher's
+//     watch sees it done, and at the latest when Flush or Close returns.
 //   - keyorder.publisher.publish.duration, a histogram in s, by
 //     keyorder.outcome: from the Publish (or Retry) call to the Result,
-//     for each message of a key handed to the official client, so
+//     for each message of a key handed to the official client (not for
+//     unordered messages, which the watch may see done late), so
 //     published, failed and skipped; not for invalid ones, whose Result
 //     is ready when Publish returns.
 //   - keyorder.publisher.paused_keys, a gauge of {key}: keys whose failed

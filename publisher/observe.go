@@ -132,7 +132,7 @@ func newRecorder(cfg *config, topic string) *recorder {
 
 	var err error
 	o.messages, err = m.Int64Counter(metricMessages, metric.WithUnit("{message}"),
-		metric.WithDescription("Messages given to Publish or Retry, by outcome, counted once each when their Result is ready; unordered messages are counted only when refused (invalid)."))
+		metric.WithDescription("Messages given to Publish or Retry, by outcome, counted once each: a message of a key before its Result is ready, an unordered one once it is seen done."))
 	check(err)
 	o.duration, err = m.Float64Histogram(metricDuration, metric.WithUnit("s"),
 		metric.WithDescription("Time from Publish to its Result, by outcome, for the messages of a key that were handed to the official client."),
@@ -196,6 +196,11 @@ func (o *recorder) now() time.Duration {
 func (p *Publisher) refuse(r *Result, err error) *Result {
 	p.rec.messages.Add(context.Background(), 1, p.rec.countAs[outInvalid]...)
 	return r.fail(err)
+}
+
+// counted counts a message's outcome, without its time.
+func (o *recorder) counted(out outcome) {
+	o.messages.Add(context.Background(), 1, o.countAs[out]...)
 }
 
 // settled records r's outcome, at now, before its Result is made ready:

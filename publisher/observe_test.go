@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"cloud.google.com/go/pubsub/v2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
@@ -45,7 +46,8 @@ func (h hooked) WithAttrs(as []slog.Attr) slog.Handler {
 //     behind it, with it (P4); K-8 and K-9 published after (P5);
 //   - key L: 4 published;
 //   - 2 invalid messages, refused by Publish (P6);
-//   - 1 unordered message, published: not counted;
+//   - 2 unordered messages, one published and one refused by the server:
+//     counted, without a time;
 //   - 1 Publish after Close: invalid.
 func TestObservability(t *testing.T) {
 	t.Parallel()
@@ -89,6 +91,9 @@ func TestObservability(t *testing.T) {
 		ok = append(ok, p.Publish(ctx, &publisher.Message{Data: []byte(fmt.Sprintf("K-%d", i))}, publisher.WithOrderingKey("K")))
 	}
 	ok = append(ok, p.Publish(ctx, &publisher.Message{Data: []byte("unordered")}))
+	e.srv.FailPublish(orderingtest.Data("unordered-bad"), codes.InvalidArgument, 1)
+	_, err := p.Publish(ctx, &publisher.Message{Data: []byte("unordered-bad")}).Get(ctx)
+	require.Error(t, err)
 	for _, msg := range []*publisher.Message{
 		{},
 		{Data: []byte("x"), Headers: map[string]string{"googx": "reserved"}},
@@ -104,7 +109,7 @@ func TestObservability(t *testing.T) {
 	// K-8 was held until K resumed, or sent after: it resumed.
 	before := m.Collect(t, topicAttr, topic, keys)
 	require.NoError(t, p.Close(ctx))
-	_, err := p.Publish(ctx, &publisher.Message{Data: []byte("late")}, publisher.WithOrderingKey("K")).Get(ctx)
+	_, err = p.Publish(ctx, &publisher.Message{Data: []byte("late")}, publisher.WithOrderingKey("K")).Get(ctx)
 	require.ErrorIs(t, err, publisher.ErrClosed)
 	got := m.Collect(t, topicAttr, topic, keys)
 
@@ -112,8 +117,8 @@ func TestObservability(t *testing.T) {
 		in := got["keyorder.publisher.messages"]
 		assert.Equal(t, "{message}", in.Unit)
 		assert.Equal(t, map[string]float64{
-			"keyorder.outcome=published": 8, // K-0, K-1, K-8, K-9, L-0..L-3; not the unordered one
-			"keyorder.outcome=failed":    1, // K-2
+			"keyorder.outcome=published": 9, // K-0, K-1, K-8, K-9, L-0..L-3, and the unordered one
+			"keyorder.outcome=failed":    2, // K-2, and unordered-bad
 			"keyorder.outcome=skipped":   float64(len(tail)),
 			"keyorder.outcome=invalid":   3, // 2 invalid, 1 after Close
 		}, in.Points)
@@ -126,7 +131,7 @@ func TestObservability(t *testing.T) {
 			"keyorder.outcome=published": 8,
 			"keyorder.outcome=failed":    1,
 			"keyorder.outcome=skipped":   5,
-		}, in.Points, "one per Result handed to the official client; none for refused ones")
+		}, in.Points, "one per Result of a key handed to the official client; none for refused or unordered ones")
 		for k, sum := range in.Sums {
 			assert.Positive(t, sum, k)
 		}
@@ -260,4 +265,32 @@ func TestDefaultLogger(t *testing.T) {
 	require.Len(t, recs, 2, "%v", recs)
 	assert.Equal(t, "keyorder/publisher: key paused", recs[0]["msg"])
 	assert.Equal(t, "keyorder/publisher: key resumed", recs[1]["msg"])
+}
+
+// TestUnorderedCountedByFlush checks that every unordered message, whose
+// Result is the official client's own, is counted once Flush returns, with
+// and without flow control, where the watch settles messages differently.
+func TestUnorderedCountedByFlush(t *testing.T) {
+	t.Parallel()
+	for _, fc := range []bool{false, true} {
+		t.Run(fmt.Sprintf("flow control %v", fc), func(t *testing.T) {
+			t.Parallel()
+			m := metrictest.NewMeter(t)
+			e := newFakeEnv(t)
+			ctx := testContext(t)
+			topic := "projects/" + harness.Project + "/topics/" + e.topic
+			s := settings(10)
+			if fc {
+				s.FlowControlSettings = pubsub.FlowControlSettings{MaxOutstandingMessages: 50, LimitExceededBehavior: pubsub.FlowControlBlock}
+			}
+			p := e.newPublisher(t, nil, publisher.WithMeterProvider(m), publisher.WithPublishSettings(s))
+			const n = 500
+			for i := range n {
+				p.Publish(ctx, &publisher.Message{Data: []byte(fmt.Sprint(i))})
+			}
+			require.NoError(t, p.Flush(ctx))
+			got := m.Collect(t, topicAttr, topic, nil)
+			assert.Equal(t, map[string]float64{"keyorder.outcome=published": n}, got["keyorder.publisher.messages"].Points)
+		})
+	}
 }

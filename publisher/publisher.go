@@ -30,8 +30,8 @@ type Publisher struct {
 	// gate has a mutex of its own.
 	shards [numShards]shard
 	seed   maphash.Seed // of the shards' hash
-	// unordered keeps the flow-control room of unordered messages
-	// (unordered.go); unused without flow control.
+	// unordered keeps track of the unordered messages in the official
+	// client's hands, to count them and release their room (unordered.go).
 	unordered unordered
 	// stamps makes the key counters that stamp keyed messages (stamp.go);
 	// nil without stamps. counterWindow is each shard's share of
@@ -162,17 +162,11 @@ func (p *Publisher) Publish(ctx context.Context, msg *Message, opts ...PublishOp
 // send hands r, with its room reserved, to its key's gate, or to the
 // official client if it has no key. closeMu is held for reading.
 func (p *Publisher) send(ctx context.Context, r *Result) {
-	switch {
-	case r.msg.OrderingKey != "":
+	if r.msg.OrderingKey != "" {
 		p.enqueue(ctx, r)
-	case p.flow != nil:
-		p.sendUnordered(ctx, r)
-	default:
-		// Nothing to gate and nothing to release: the official result is
-		// the answer.
-		r.under = p.pub.Publish(ctx, &r.msg)
-		r.state.Store(direct)
+		return
 	}
+	p.sendUnordered(ctx, r)
 }
 
 // Flush sends every message published before the call without waiting for
@@ -225,12 +219,17 @@ func (p *Publisher) Flush(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
+	// The unordered messages are done too: count them now, rather than
+	// when the watch gets to them, so that the metrics hold every message
+	// flushed.
+	p.reclaim()
 	return nil
 }
 
 // pending returns the gated Results that are not ready yet: the messages of
 // every key in the official client's hands or held behind a failure.
-// Unordered messages are not gated; the official Flush answers for them.
+// Unordered messages are not gated; the official Flush answers for them,
+// and Flush then counts them.
 func (p *Publisher) pending() []*Result {
 	var rs []*Result
 	for i := range p.shards {
