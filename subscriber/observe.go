@@ -244,10 +244,16 @@ func (o *recorder) sequenceGap(ctx context.Context, key, producer string, first,
 
 // sequenceDuplicate logs a message whose producer, key and sequence number
 // were processed already under another message ID, as a publish retried
-// after a lost response stores: it is acked unrun. Info, as it is
-// harmless and as rare as lost publish responses.
-func (o *recorder) sequenceDuplicate(ctx context.Context, key, producer string, seq uint64, id string) {
-	o.log.LogAttrs(ctx, slog.LevelInfo, "keyorder/subscriber: duplicate sequence number",
+// after a lost response stores: it is acked unrun. The first of a run of
+// copies of one key and producer is logged at Info, as it is harmless and
+// as rare as lost publish responses; the rest of the run, which a request
+// of many messages stored twice brings, at Debug.
+func (o *recorder) sequenceDuplicate(ctx context.Context, first bool, key, producer string, seq uint64, id string) {
+	level := slog.LevelDebug
+	if first {
+		level = slog.LevelInfo
+	}
+	o.log.LogAttrs(ctx, level, "keyorder/subscriber: duplicate sequence number",
 		slog.String("key", key), slog.String("producer", producer), slog.Uint64("seq", seq),
 		slog.String("message_id", id))
 }

@@ -30,14 +30,15 @@ func TestOutcomeNames(t *testing.T) {
 func TestSequenceLogs(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
-	cfg, err := newConfig([]Option{WithLogger(slog.New(slog.NewJSONHandler(&buf, nil)))})
+	cfg, err := newConfig([]Option{WithLogger(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))})
 	require.NoError(t, err)
 	o := newRecorder(&Subscription{name: "projects/p/subscriptions/s", cfg: cfg},
 		func() (int, int, time.Duration) { return 0, 0, 0 })
 	defer o.close()
 
 	o.sequenceGap(context.Background(), "k", "producer-1", 4, 6)
-	o.sequenceDuplicate(context.Background(), "k", "producer-1", 3, "m-9")
+	o.sequenceDuplicate(context.Background(), true, "k", "producer-1", 3, "m-9")
+	o.sequenceDuplicate(context.Background(), false, "k", "producer-1", 4, "m-10")
 
 	var recs []map[string]any
 	for _, line := range bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n")) {
@@ -51,6 +52,8 @@ func TestSequenceLogs(t *testing.T) {
 			"key": "k", "producer": "producer-1", "first_missing": 4.0, "last_missing": 6.0},
 		{"level": "INFO", "msg": "keyorder/subscriber: duplicate sequence number", "subscription": "projects/p/subscriptions/s",
 			"key": "k", "producer": "producer-1", "seq": 3.0, "message_id": "m-9"},
+		{"level": "DEBUG", "msg": "keyorder/subscriber: duplicate sequence number", "subscription": "projects/p/subscriptions/s",
+			"key": "k", "producer": "producer-1", "seq": 4.0, "message_id": "m-10"},
 	}, recs)
 }
 

@@ -347,9 +347,11 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 }
 
 // WithLogger sets the logger of Receive (see the package documentation,
-// Observability). It logs holds and failures for good at Warn, releases
-// at Info, panics of handlers and callbacks at Error with their stack, and
-// each failed call at Debug: nothing per message at Info. The default is
+// Observability). It logs holds, parks, failures for good and sequence
+// gaps at Warn, releases and unparks at Info, panics of handlers and
+// callbacks at Error with their stack, the first of a run of copies found
+// by their stamps at Info and the rest at Debug, and each failed call at
+// Debug: nothing per message at Info. The default is
 // slog.Default() as it is when Receive starts, so that holds and panics
 // are seen without setup. l must not be nil; slog.New(slog.DiscardHandler)
 // logs nothing.

@@ -72,6 +72,9 @@ type seqEntry struct {
 	// place, or one that failed for good and was dead-lettered, is not
 	// reported twice.
 	done, edge uint64
+	// copying is set while the entry's deliveries are copies: a run of
+	// them, as a request stored twice brings, is logged once.
+	copying bool
 	// again holds numbers at or below done that are to run again, once
 	// each: their acks failed on an exactly-once subscription (undo).
 	// Nearly always empty.
@@ -97,24 +100,29 @@ func newSequences(size int) *sequences {
 }
 
 // check looks at a stamped delivery about to be processed. It reports
-// whether the delivery is a copy of a message processed already, and
-// returns the gap before it, if a new one opened.
-func (s *sequences) check(key string, st ordering.Stamp) (copied bool, gap *Gap) {
+// whether the delivery is a copy of a message processed already, and if so
+// whether it is the first of a run of copies, and returns the gap before
+// it, if a new one opened.
+func (s *sequences) check(key string, st ordering.Stamp) (copied, first bool, gap *Gap) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.touch(seqID{key, st.Producer}, st.Seq-1)
 	if st.Seq <= e.done {
 		if i := slices.Index(e.again, st.Seq); i >= 0 {
 			e.again = slices.Delete(e.again, i, i+1)
-			return false, nil
+			e.copying = false
+			return false, false, nil
 		}
-		return true, nil
+		first = !e.copying
+		e.copying = true
+		return true, first, nil
 	}
+	e.copying = false
 	if from := expected(max(e.done, e.edge), st.Seq); st.Seq > from {
 		gap = &Gap{Key: key, Producer: st.Producer, From: from, To: st.Seq - 1, Seq: st.Seq}
 	}
 	e.edge = max(e.edge, st.Seq-1)
-	return false, gap
+	return false, false, gap
 }
 
 // expected returns the number expected after last, the highest processed or
@@ -201,11 +209,11 @@ func (r *receiver) copyOfProcessed(j *job) bool {
 		return false
 	}
 	d := &j.d
-	copied, gap := r.seqs.check(d.Key, ordering.Stamp{Producer: d.Producer, Seq: d.Seq})
+	copied, first, gap := r.seqs.check(d.Key, ordering.Stamp{Producer: d.Producer, Seq: d.Seq})
 	ctx := handlerContext{Context: j.ctx, life: r.handlerCtx}
 	if copied && r.cfg.dedupWindow > 0 {
 		r.s.counts.duplicates.Add(1)
-		r.obs.sequenceDuplicate(ctx, d.Key, d.Producer, d.Seq, d.ID)
+		r.obs.sequenceDuplicate(ctx, first, d.Key, d.Producer, d.Seq, d.ID)
 		return true
 	}
 	if gap != nil {

@@ -37,7 +37,7 @@ func TestSequenceCheck(t *testing.T) {
 	}
 	s := newSequences(10)
 	for i, st := range steps {
-		copied, gap := s.check("k", ordering.Stamp{Producer: "p", Seq: st.seq})
+		copied, _, gap := s.check("k", ordering.Stamp{Producer: "p", Seq: st.seq})
 		assert.Equal(t, st.copied, copied, "step %d (seq %d): %s", i, st.seq, st.comment)
 		if st.gap == [2]uint64{} {
 			assert.Nil(t, gap, "step %d (seq %d): %s", i, st.seq, st.comment)
@@ -79,7 +79,7 @@ func TestSequenceEpochs(t *testing.T) {
 	}
 	s := newSequences(10)
 	for i, st := range steps {
-		copied, gap := s.check("k", ordering.Stamp{Producer: "p", Seq: st.seq})
+		copied, _, gap := s.check("k", ordering.Stamp{Producer: "p", Seq: st.seq})
 		e, n := ordering.SplitSeq(st.seq)
 		assert.Equal(t, st.copied, copied, "step %d (%d:%d): %s", i, e, n, st.comment)
 		if st.gap == [2]uint64{} {
@@ -100,7 +100,7 @@ func TestSequencesPerProducerAndKey(t *testing.T) {
 	s := newSequences(10)
 	for _, id := range []seqID{{"k", "a"}, {"k", "b"}, {"j", "a"}} {
 		for seq := uint64(1); seq <= 3; seq++ {
-			copied, gap := s.check(id.key, ordering.Stamp{Producer: id.producer, Seq: seq})
+			copied, _, gap := s.check(id.key, ordering.Stamp{Producer: id.producer, Seq: seq})
 			require.False(t, copied, "%v %d", id, seq)
 			require.Nil(t, gap, "%v %d", id, seq)
 			s.done(id.key, ordering.Stamp{Producer: id.producer, Seq: seq})
@@ -116,7 +116,7 @@ func TestSequencesAreBounded(t *testing.T) {
 	const size = 100
 	s := newSequences(size)
 	process := func(key string, seq uint64) (bool, *Gap) {
-		copied, gap := s.check(key, ordering.Stamp{Producer: "p", Seq: seq})
+		copied, _, gap := s.check(key, ordering.Stamp{Producer: "p", Seq: seq})
 		s.done(key, ordering.Stamp{Producer: "p", Seq: seq})
 		return copied, gap
 	}
@@ -128,9 +128,9 @@ func TestSequencesAreBounded(t *testing.T) {
 		}
 	}
 	assert.Equal(t, size, s.len(), "the window stays at its size")
-	copied, _ := s.check("hot", ordering.Stamp{Producer: "p", Seq: 1})
+	copied, _, _ := s.check("hot", ordering.Stamp{Producer: "p", Seq: 1})
 	assert.True(t, copied, "a recently active sequence is remembered")
-	copied, gap := s.check("idle-0", ordering.Stamp{Producer: "p", Seq: 1})
+	copied, _, gap := s.check("idle-0", ordering.Stamp{Producer: "p", Seq: 1})
 	assert.False(t, copied, "a forgotten sequence starts over")
 	assert.Nil(t, gap)
 }
@@ -197,7 +197,7 @@ func BenchmarkSequenceCheck(b *testing.B) {
 		i := 0
 		for b.Loop() {
 			st := ordering.Stamp{Producer: "producer-7", Seq: uint64(i/keys + 1)}
-			if copied, _ := s.check(names[i%keys], st); !copied {
+			if copied, _, _ := s.check(names[i%keys], st); !copied {
 				s.done(names[i%keys], st)
 			}
 			i++
@@ -237,7 +237,7 @@ func TestSequenceUndo(t *testing.T) {
 	s := newSequences(10)
 	run := func(seq uint64) (copied bool) {
 		st := ordering.Stamp{Producer: "p", Seq: seq}
-		copied, gap := s.check("k", st)
+		copied, _, gap := s.check("k", st)
 		require.Nil(t, gap, "seq %d", seq)
 		if !copied {
 			s.done("k", st)
@@ -261,4 +261,22 @@ func TestSequenceUndo(t *testing.T) {
 	undo(1)
 	assert.False(t, run(1), "1 runs again")
 	assert.True(t, run(1), "an ack failing twice before the message came back runs it once")
+}
+
+// TestSequenceCopyRuns checks that copies come in runs, each logged once:
+// the first copy after a delivery that was not one starts a run.
+func TestSequenceCopyRuns(t *testing.T) {
+	t.Parallel()
+	s := newSequences(10)
+	var firsts []bool
+	for _, seq := range []uint64{1, 2, 3, 1, 2, 3, 4, 2, 3, 5} {
+		st := ordering.Stamp{Producer: "p", Seq: seq}
+		copied, first, _ := s.check("k", st)
+		if copied {
+			firsts = append(firsts, first)
+		} else {
+			s.done("k", st)
+		}
+	}
+	assert.Equal(t, []bool{true, false, false, true, false}, firsts, "two runs: 1..3 again, and 2..3")
 }
