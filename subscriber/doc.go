@@ -117,9 +117,11 @@
 //     keyorder.subscriber.oldest_unacked.age (gauges; the last in s),
 //     observed while Receive runs.
 //
-// [WithLogger] sets the logger, slog.Default() by default: holds and
-// failures for good at Warn, releases at Info, panics at Error with their
-// stack, and each failed call at Debug; nothing per message at Info.
+// [WithLogger] sets the logger, slog.Default() by default: holds, parks,
+// failures for good and sequence gaps at Warn, releases and unparks at
+// Info, panics at Error with their stack, a run of copies found by their
+// stamps once at Info, and each failed call at Debug; nothing per message
+// at Info.
 //
 // The handler's ctx carries the values of the official client's context
 // for the message, so when the client traces
