@@ -42,11 +42,13 @@ type unordered struct {
 // sendUnordered hands the unordered message r to the official client and
 // keeps track of it until it is done.
 func (p *Publisher) sendUnordered(ctx context.Context, r *Result) {
+	// The official Publish runs outside the mutex: concurrent Publish
+	// calls of unordered messages share only the append.
+	r.under = p.pub.Publish(ctx, &r.msg)
+	r.state.Store(direct)
 	u := &p.unordered
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	r.under = p.pub.Publish(ctx, &r.msg)
-	r.state.Store(direct)
 	u.inflight = append(u.inflight, r)
 	if !u.watching {
 		u.watching = true
