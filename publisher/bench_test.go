@@ -43,19 +43,9 @@ func BenchmarkPublish(b *testing.B) {
 		pub := e.client.Publisher(e.topic)
 		pub.EnableMessageOrdering = true
 		defer pub.Stop()
-		results := make([]*pubsub.PublishResult, burst)
-		m := startPerMessage()
-		for b.Loop() {
-			for i := range results {
-				results[i] = pub.Publish(ctx, &pubsub.Message{Data: data, Attributes: headers, OrderingKey: names[i%keys]})
-			}
-			for _, r := range results {
-				if _, err := r.Get(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
-		m.report(b, b.N*burst)
+		bursts(b, burst, func(i int) *pubsub.PublishResult {
+			return pub.Publish(ctx, &pubsub.Message{Data: data, Attributes: headers, OrderingKey: names[i%keys]})
+		})
 	})
 
 	b.Run("keyorder", func(b *testing.B) {
@@ -64,19 +54,9 @@ func BenchmarkPublish(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer func() { _ = p.Close(ctx) }()
-		results := make([]*publisher.Result, burst)
-		m := startPerMessage()
-		for b.Loop() {
-			for i := range results {
-				results[i] = p.Publish(ctx, &publisher.Message{Data: data, Headers: headers}, publisher.WithOrderingKey(names[i%keys]))
-			}
-			for _, r := range results {
-				if _, err := r.Get(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
-		m.report(b, b.N*burst)
+		bursts(b, burst, func(i int) *publisher.Result {
+			return p.Publish(ctx, &publisher.Message{Data: data, Headers: headers}, publisher.WithOrderingKey(names[i%keys]))
+		})
 	})
 }
 
@@ -103,20 +83,9 @@ func BenchmarkPublishBatches(b *testing.B) {
 		pub.EnableMessageOrdering = true
 		pub.PublishSettings = settings
 		defer pub.Stop()
-		results := make([]*pubsub.PublishResult, 0, keys*perKey)
-		m := startPerMessage()
-		for b.Loop() {
-			results = results[:0]
-			for i := 0; i < keys*perKey; i++ {
-				results = append(results, pub.Publish(ctx, &pubsub.Message{Data: data, Attributes: headers, OrderingKey: names[i%keys]}))
-			}
-			for _, r := range results {
-				if _, err := r.Get(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
-		m.report(b, b.N*keys*perKey)
+		bursts(b, keys*perKey, func(i int) *pubsub.PublishResult {
+			return pub.Publish(ctx, &pubsub.Message{Data: data, Attributes: headers, OrderingKey: names[i%keys]})
+		})
 	})
 
 	// The official client with a stamp made by hand, as a caller without
@@ -128,24 +97,13 @@ func BenchmarkPublishBatches(b *testing.B) {
 		pub.PublishSettings = settings
 		defer pub.Stop()
 		seqs := make([]uint64, keys)
-		results := make([]*pubsub.PublishResult, 0, keys*perKey)
-		m := startPerMessage()
-		for b.Loop() {
-			results = results[:0]
-			for i := 0; i < keys*perKey; i++ {
-				attrs := make(map[string]string, len(headers)+ordering.StampAttributes)
-				maps.Copy(attrs, headers)
-				seqs[i%keys]++
-				ordering.Stamp{Producer: "hhdykhhlphu4lp74gooygvqsmq", Seq: ordering.MakeSeq(1, uint32(seqs[i%keys]))}.Put(attrs)
-				results = append(results, pub.Publish(ctx, &pubsub.Message{Data: data, Attributes: attrs, OrderingKey: names[i%keys]}))
-			}
-			for _, r := range results {
-				if _, err := r.Get(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
-		m.report(b, b.N*keys*perKey)
+		bursts(b, keys*perKey, func(i int) *pubsub.PublishResult {
+			attrs := make(map[string]string, len(headers)+ordering.StampAttributes)
+			maps.Copy(attrs, headers)
+			seqs[i%keys]++
+			ordering.Stamp{Producer: "hhdykhhlphu4lp74gooygvqsmq", Seq: ordering.MakeSeq(1, uint32(seqs[i%keys]))}.Put(attrs)
+			return pub.Publish(ctx, &pubsub.Message{Data: data, Attributes: attrs, OrderingKey: names[i%keys]})
+		})
 	})
 
 	// keyorder stamps every keyed message (S12) by default; unstamped
@@ -163,26 +121,37 @@ func BenchmarkPublishBatches(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer func() { _ = p.Close(ctx) }()
-			results := make([]*publisher.Result, 0, keys*perKey)
-			m := startPerMessage()
-			for b.Loop() {
-				results = results[:0]
-				for i := 0; i < keys*perKey; i++ {
-					results = append(results, p.Publish(ctx, &publisher.Message{Data: data, Headers: headers}, publisher.WithOrderingKey(names[i%keys])))
-				}
-				for _, r := range results {
-					if _, err := r.Get(ctx); err != nil {
-						b.Fatal(err)
-					}
-				}
-			}
-			m.report(b, b.N*keys*perKey)
+			bursts(b, keys*perKey, func(i int) *publisher.Result {
+				return p.Publish(ctx, &publisher.Message{Data: data, Headers: headers}, publisher.WithOrderingKey(names[i%keys]))
+			})
 		})
 	}
 }
 
 // perMessage measures what a benchmark spends per message: make it with
 // startPerMessage just before the loop, and report after it.
+// bursts publishes, for each op, a burst of n messages, message i by
+// publish(i), then waits for every result, and reports the figures per
+// message.
+func bursts[R interface {
+	Get(context.Context) (string, error)
+}](b *testing.B, n int, publish func(i int) R) {
+	ctx := context.Background()
+	results := make([]R, n)
+	m := startPerMessage()
+	for b.Loop() {
+		for i := range results {
+			results[i] = publish(i)
+		}
+		for _, r := range results {
+			if _, err := r.Get(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	m.report(b, b.N*n)
+}
+
 type perMessage struct {
 	cpu time.Duration
 	mem runtime.MemStats
@@ -336,19 +305,9 @@ func BenchmarkPublishUnordered(b *testing.B) {
 	b.Run("official", func(b *testing.B) {
 		pub := e.client.Publisher(e.topic)
 		defer pub.Stop()
-		results := make([]*pubsub.PublishResult, burst)
-		m := startPerMessage()
-		for b.Loop() {
-			for i := range results {
-				results[i] = pub.Publish(ctx, &pubsub.Message{Data: data, Attributes: headers})
-			}
-			for _, r := range results {
-				if _, err := r.Get(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
-		m.report(b, b.N*burst)
+		bursts(b, burst, func(i int) *pubsub.PublishResult {
+			return pub.Publish(ctx, &pubsub.Message{Data: data, Attributes: headers})
+		})
 	})
 
 	b.Run("keyorder", func(b *testing.B) {
@@ -357,18 +316,6 @@ func BenchmarkPublishUnordered(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer func() { _ = p.Close(ctx) }()
-		results := make([]*publisher.Result, burst)
-		m := startPerMessage()
-		for b.Loop() {
-			for i := range results {
-				results[i] = p.Publish(ctx, &publisher.Message{Data: data, Headers: headers})
-			}
-			for _, r := range results {
-				if _, err := r.Get(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
-		m.report(b, b.N*burst)
+		bursts(b, burst, func(i int) *publisher.Result { return p.Publish(ctx, &publisher.Message{Data: data, Headers: headers}) })
 	})
 }
