@@ -120,16 +120,6 @@ type parkRecord struct {
 // remaining counts the parked messages not released yet.
 func (p *parkRecord) remaining() int { return len(p.IDs) - len(p.Released) }
 
-// next returns the oldest parked message not released yet, "" if none.
-func (p *parkRecord) next() string {
-	for _, id := range p.IDs {
-		if !p.released[id] {
-			return id
-		}
-	}
-	return ""
-}
-
 func (p *parkRecord) index() {
 	p.ids = make(map[string]bool, len(p.IDs))
 	for _, id := range p.IDs {

@@ -66,7 +66,7 @@ func (m Meter) Read(attr, name string, keys []string) (map[string]Instrument, er
 				var kv []string
 				named := false
 				for _, a := range set.ToSlice() {
-					val := a.Value.Emit()
+					val := a.Value.String()
 					if slices.Contains(keys, val) {
 						errs = append(errs, fmt.Errorf("%s: key %q in attribute %s", md.Name, val, a.Key))
 					}
