@@ -297,23 +297,7 @@ func (r *receiver) settle(j *job, out outcome) {
 	}
 	r.room.give(j)
 	r.obs.settled(j, out, out == outFailed && r.deadLettered(j))
-	c := &r.s.counts
-	switch out {
-	case outAcked:
-		c.acked.Add(1)
-	case outDeduplicated:
-		c.deduplicated.Add(1)
-	case outFailed:
-		c.failed.Add(1)
-	case outHeld:
-		c.nackedHeld.Add(1)
-	case outTail:
-		c.nackedTail.Add(1)
-	case outRoom:
-		c.nackedRoom.Add(1)
-	case outShutdown:
-		c.nackedShutdown.Add(1)
-	}
+	r.s.counts.settled[out].Add(1)
 }
 
 // apply does what a change to l decided, once its shard's mutex is

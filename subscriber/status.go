@@ -179,10 +179,10 @@ type Stats struct {
 
 // counters are the cumulative counts of Stats. Every field is atomic.
 type counters struct {
-	received, acked, deduplicated, retried, failed, deadLettered  atomic.Int64
-	nackedHeld, nackedTail, nackedRoom, nackedShutdown, ackFailed atomic.Int64
-	duplicates, gaps                                              atomic.Int64 // sequence.go
-	parked, released                                              atomic.Int64 // park.go
+	settled                                    [numOutcomes]atomic.Int64 // by outcome (receive.go)
+	received, retried, deadLettered, ackFailed atomic.Int64
+	duplicates, gaps                           atomic.Int64 // sequence.go
+	parked, released                           atomic.Int64 // park.go
 }
 
 // Stats returns what the subscription's Receive calls have done so far,
@@ -198,15 +198,15 @@ func (s *Subscription) Stats() Stats {
 	c := &s.counts
 	st := Stats{
 		Received:       c.received.Load(),
-		Acked:          c.acked.Load(),
-		Deduplicated:   c.deduplicated.Load(),
+		Acked:          c.settled[outAcked].Load(),
+		Deduplicated:   c.settled[outDeduplicated].Load(),
 		Retried:        c.retried.Load(),
-		Failed:         c.failed.Load(),
+		Failed:         c.settled[outFailed].Load(),
 		DeadLettered:   c.deadLettered.Load(),
-		NackedHeld:     c.nackedHeld.Load(),
-		NackedTail:     c.nackedTail.Load(),
-		NackedRoom:     c.nackedRoom.Load(),
-		NackedShutdown: c.nackedShutdown.Load(),
+		NackedHeld:     c.settled[outHeld].Load(),
+		NackedTail:     c.settled[outTail].Load(),
+		NackedRoom:     c.settled[outRoom].Load(),
+		NackedShutdown: c.settled[outShutdown].Load(),
 		AckFailed:      c.ackFailed.Load(),
 		Duplicates:     c.duplicates.Load(),
 		Gaps:           c.gaps.Load(),
