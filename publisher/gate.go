@@ -144,13 +144,9 @@ func (p *Publisher) watch(sh *shard, key string, ks *keyState) {
 			ks.mu.Unlock()
 			sh.mu.Lock()
 			ks.mu.Lock()
-			if len(ks.inflight) == 0 {
-				p.deleteGate(sh, key, ks)
-				ks.mu.Unlock()
-				sh.mu.Unlock()
+			if p.retire(sh, key, ks) {
 				return
 			}
-			sh.mu.Unlock()
 		}
 		// Publish only appends to inflight, and only this goroutine
 		// removes from it or sets failure: what is seen now stays so.
@@ -202,16 +198,24 @@ func (p *Publisher) watch(sh *shard, key string, ks *keyState) {
 				flush = true
 			}
 		}
-		if locked {
-			if len(ks.inflight) == 0 {
-				p.deleteGate(sh, key, ks)
-				ks.mu.Unlock()
-				sh.mu.Unlock()
-				return
-			}
-			sh.mu.Unlock()
+		if locked && p.retire(sh, key, ks) {
+			return
 		}
 	}
+}
+
+// retire is called with the shard's mutex and the gate's held. If the key
+// has nothing in flight, it deletes the gate and lets go of both mutexes,
+// and reports true; otherwise it lets go of the shard's only.
+func (p *Publisher) retire(sh *shard, key string, ks *keyState) bool {
+	if len(ks.inflight) > 0 {
+		sh.mu.Unlock()
+		return false
+	}
+	p.deleteGate(sh, key, ks)
+	ks.mu.Unlock()
+	sh.mu.Unlock()
+	return true
 }
 
 // deleteGate deletes key's gate ks from sh, whose mutex is held, with the
