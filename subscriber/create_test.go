@@ -153,4 +153,9 @@ func TestOptionsAreValidated(t *testing.T) {
 	// Nothing was created by the failed calls.
 	_, err := subscriber.Open(ctx, client, sub)
 	require.True(t, errors.Is(err, subscriber.ErrNotFound), "%v", err)
+
+	// Nor does Receive take a nil handler.
+	s, err := subscriber.CreateWithTopic(ctx, client, topic, sub)
+	require.NoError(t, err)
+	require.ErrorIs(t, s.Receive(ctx, nil), subscriber.ErrInvalidConfig)
 }

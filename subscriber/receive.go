@@ -2,7 +2,6 @@ package subscriber
 
 import (
 	"context"
-	"errors"
 	"runtime/debug"
 	"time"
 
@@ -48,7 +47,7 @@ import (
 // [ErrReceiving].
 func (s *Subscription) Receive(ctx context.Context, h Handler) error {
 	if h == nil {
-		return errors.New("keyorder/subscriber: Receive with nil handler")
+		return invalid("Receive with nil handler")
 	}
 	if !s.receiving.CompareAndSwap(false, true) {
 		return ErrReceiving
