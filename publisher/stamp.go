@@ -148,16 +148,13 @@ func (s *stamper) reincarnate() {
 // while the key has messages in flight, and in its shard's cache while the
 // key is idle, until the cache drops it.
 type counter struct {
-	producer string // the incarnation it counts in; "" without stamps
+	producer string // the incarnation it counts in
 	epoch    uint32
 	n        uint32 // the last number given in epoch
 }
 
 // newCounter returns a counter in a new epoch.
 func (s *stamper) newCounter() counter {
-	if s == nil {
-		return counter{}
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.epoch == maxEpoch {
