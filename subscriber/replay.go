@@ -54,15 +54,19 @@ import (
 //   - Cleanup. Replay deletes its subscription before it returns, and
 //     returns only after every goroutine it started has exited.
 //
-// opts are Receive's options. [WithMaxAttempts] and [WithBackoff] do not
-// apply, since the first failure stops Replay; [WithQuietPeriod] applies
-// only here.
+// opts are Receive's options, so that a service can pass Replay the ones
+// it receives with. Replay's failure policy is its own: the first failure
+// stops it, so [WithMaxAttempts], [WithBackoff] and [WithParking] do not
+// apply (Replay parks nothing and makes no control topic), and neither do
+// [WithDeadLetterPolicy] and [WithRetryPolicy], which shape a subscription
+// [CreateWithTopic] makes. [WithQuietPeriod] applies only here.
 func Replay(ctx context.Context, client *pubsub.Client, topicID string, from time.Time, h Handler, opts ...Option) error {
 	start := time.Now()
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return err
 	}
+	cfg.parking = "" // the first failure stops Replay: nothing parks
 	switch {
 	case client == nil:
 		return invalid("Replay with nil client")
