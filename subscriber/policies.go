@@ -109,7 +109,11 @@ func orNone(s string) string {
 // warnPolicies logs, once per Subscription made, how an existing
 // subscription's policies differ from the options: it keeps its own, as it
 // does its ordering (S1).
-func warnPolicies(client *pubsub.Client, name string, want, have servicePolicies) {
+func warnPolicies(client *pubsub.Client, name, topic string, want, have servicePolicies) {
+	if have.deadLetterTopic == topic {
+		slog.Warn("keyorder/subscriber: the subscription dead-letters onto its own topic: its dead letters come back to it as new messages",
+			"subscription", name, "topic", topic)
+	}
 	if diff := want.differences(client, have); diff != nil {
 		slog.Warn("keyorder/subscriber: the subscription exists and keeps its own policies, which differ from the options",
 			"subscription", name, "differences", strings.Join(diff, "; "))

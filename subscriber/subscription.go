@@ -64,6 +64,9 @@ func CreateWithTopic(ctx context.Context, client *pubsub.Client, topicID, subID 
 	}
 	topic := fullName(client, "topics", topicID)
 	name := fullName(client, "subscriptions", subID)
+	if err := cfg.checkLoops(client, topic); err != nil {
+		return nil, err
+	}
 	if err := ensureTopic(ctx, client, topic); err != nil {
 		return nil, err
 	}
@@ -109,7 +112,23 @@ func Open(ctx context.Context, client *pubsub.Client, subID string, opts ...Opti
 	if err != nil {
 		return nil, fmt.Errorf("keyorder/subscriber: subscription %s: %w", name, err)
 	}
+	if err := cfg.checkLoops(client, sub.Topic); err != nil {
+		return nil, err
+	}
 	return newSubscription(ctx, client, sub, cfg)
+}
+
+// checkLoops refuses options that would send a subscription's failures
+// back to its own topic, topic: parked or dead-lettered there, a message
+// would come back as a new one and fail again, without end.
+func (c *config) checkLoops(client *pubsub.Client, topic string) error {
+	if c.parking != "" && fullName(client, "topics", c.parking) == topic {
+		return invalid("WithParking(%q): the parking topic is the subscription's own topic, %s: parked messages would come back to it", c.parking, topic)
+	}
+	if t := c.policies.deadLetterTopic; t != "" && fullName(client, "topics", t) == topic {
+		return invalid("WithDeadLetterPolicy(%q): the dead-letter topic is the subscription's own topic, %s: dead letters would come back to it", t, topic)
+	}
+	return nil
 }
 
 func newSubscription(ctx context.Context, client *pubsub.Client, sub *pubsubpb.Subscription, cfg config) (*Subscription, error) {
@@ -122,7 +141,7 @@ func newSubscription(ctx context.Context, client *pubsub.Client, sub *pubsubpb.S
 		cfg:         cfg,
 	}
 	s.policies = policiesOf(sub)
-	warnPolicies(client, s.name, cfg.policies, s.policies)
+	warnPolicies(client, s.name, s.topic, cfg.policies, s.policies)
 	if cfg.parking != "" {
 		var err error
 		if s.parking, err = setupParking(ctx, client, sub, cfg.parking); err != nil {
