@@ -1,9 +1,6 @@
 package subscriber
 
-import (
-	"errors"
-	"time"
-)
+import "time"
 
 // A failed handler call is retried after a backoff, on the same delivery,
 // while the key waits without holding a worker (S5). The message fails
@@ -15,26 +12,19 @@ import (
 // is nacked. Each later delivery of a message that failed for good gets
 // one call, after the backoff its failures have reached.
 
-// failed handles a failed handler call of j. The shard's mutex must be
-// held.
-func (l *lane) failed(j *job, err error, now time.Time, fx *effects) {
+// failed handles a failed handler call of j, which the call path judged
+// in v: to be retried after v.delay, or failed for good. The shard's
+// mutex must be held.
+func (l *lane) failed(j *job, v decision, now time.Time, fx *effects) {
 	r := l.r
-	id := j.d.ID
+	id, err := j.d.ID, v.err
 	t := l.trouble
 	if t == nil || t.id != id {
 		t = &trouble{id: id, since: now}
 		l.trouble = t
 	}
 	t.attempt, t.err = j.d.Attempt, err
-
-	var later *RetryAfterError
-	counted := !errors.As(err, &later)
-	failures := r.tries.fail(id, j.d.Attempt, counted)
-	delay := r.backoff(failures)
-	if later != nil {
-		delay = later.Delay
-	}
-	forGood := counted && (failures >= r.cfg.maxAttempts || errors.As(err, new(*PermanentError)))
+	forGood := v.kind == failedForGood
 
 	if j.redelivered {
 		// The service sent the message again while this call ran, so
@@ -51,7 +41,7 @@ func (l *lane) failed(j *job, err error, now time.Time, fx *effects) {
 	if !forGood {
 		r.s.counts.retried.Add(1)
 		l.queue.PushFront(j)
-		l.wait(delay, now)
+		l.wait(v.delay, now)
 		return
 	}
 

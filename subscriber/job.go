@@ -48,13 +48,18 @@ type job struct {
 	// for its log; set under the shard mutex before it is settled.
 	err error
 
+	// redriven is set when the message came back from a dead-letter
+	// topic, republished with the attributes the service adds there
+	// (S12). Set once.
+	redriven bool
+
 	size    int64       // bytes of data, for room (S10)
 	counted bool        // counted in the receiver's room; set once, before the job is shared
 	settled atomic.Bool // set by the one ack or nack (S11)
 }
 
 func newJob(ctx context.Context, m *pubsub.Message) *job {
-	return &job{msg: m, ctx: ctx, d: newDelivery(m), size: int64(len(m.Data)), received: time.Now()}
+	return &job{msg: m, ctx: ctx, d: newDelivery(m), redriven: isRedriven(m.Attributes), size: int64(len(m.Data)), received: time.Now()}
 }
 
 // deliveryAttempt is the service's count for the newest delivery, 0 when

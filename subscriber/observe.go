@@ -168,18 +168,15 @@ func (o *recorder) settled(j *job, out outcome, deadLettered bool) {
 	}
 }
 
-// handled records a handler call of j that took d and ended with res. A
-// panic is logged with its stack, at Error; an error at Debug, since a
-// failure for good is logged when it is settled.
-func (o *recorder) handled(j *job, d time.Duration, res result) {
-	switch {
-	case res.dedup:
-		return // not called
-	case res.err == nil:
-		o.duration.Record(context.Background(), d.Seconds(), o.calledAs[callOK]...)
+// handled records a handler call of j, judged v. A panic is logged with
+// its stack, at Error; an error at Debug, since a failure for good is
+// logged when it is settled.
+func (o *recorder) handled(j *job, v decision) {
+	if v.err == nil {
+		o.duration.Record(context.Background(), v.took.Seconds(), o.calledAs[callOK]...)
 		return
 	}
-	o.failedCall(j, d, res.err)
+	o.failedCall(j, v.took, v.err)
 }
 
 // failedCall is handled for a call that failed. Apart, so that pe, which

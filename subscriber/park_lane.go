@@ -47,13 +47,9 @@ type parkCause struct {
 }
 
 // accept is called for j, a new keyed delivery on l, before the lane's
-// other rules: it may settle j itself. The shard's mutex must be held.
-func (p *parking) accept(l *lane, j *job) (outcome, bool) {
-	if _, ok := p.f.view.Load().released[j.d.ID]; ok {
-		// Released from parking lately, and sent again by the service
-		// (a lost ack): it ran, so it is acked unrun (S6).
-		return outDeduplicated, true
-	}
+// other rules: a delivery that arrives at a lane holding nothing of its
+// key waits for the barrier. The shard's mutex must be held.
+func (p *parking) accept(l *lane) {
 	if pk := &l.pk; !pk.flight && l.running == nil && l.retry == nil && l.queue.Len() == 0 {
 		// Nothing of the key here: another process may have had it, and
 		// parked it, before the service sent j. A fence taken for an
@@ -61,7 +57,15 @@ func (p *parking) accept(l *lane, j *job) (outcome, bool) {
 		// too early for j.
 		pk.fence = p.b.want()
 	}
-	return 0, false
+}
+
+// releasedLately reports whether the message id ran in the release of a
+// park that has ended, within the last releasedKeep: the service may send
+// it again after a lost ack, and it must not run twice (S6 across
+// processes).
+func (p *parking) releasedLately(id string) bool {
+	_, ok := p.f.view.Load().released[id]
+	return ok
 }
 
 // divert is called by next for a lane with queued deliveries and nothing

@@ -180,6 +180,10 @@ type releaseRun struct {
 	// read and not run yet, by their message ID on the subscription.
 	done    map[string]bool
 	content map[string]*pubsub.Message
+	// last is the call path's decision on the message running, and
+	// recorded the error of recording it, if it ran (settle).
+	last     decision
+	recorded error
 }
 
 // releaseReadAhead bounds the copies a release reads ahead of the one it
@@ -329,58 +333,60 @@ func (rr *releaseRun) heartbeat() (lost <-chan error, stop func()) {
 	return errs, func() { close(quit); <-done }
 }
 
-// runOne runs the parked message id, whose copy is m, with the retries of
-// any message, and records its success before the next runs. It returns
-// an error matching ErrParkedAgain if it fails for good; the key then
-// stays parked.
+// runOne runs the parked message id, whose copy is m, through the call
+// path (call.go), with the retries of any message, and records it in the
+// control log once it has run, or was skipped as processed already,
+// before the next runs. It returns an error matching ErrParkedAgain if it
+// fails for good; the key then stays parked.
 func (rr *releaseRun) runOne(ctx context.Context, id string, m *pubsub.Message) error {
-	p, r := rr.p, rr.p.r
-	j := &job{ctx: ctx, d: releasedDelivery(rr.key, id, m)}
-	failures := 0
-	for attempt := 1; ; attempt++ {
-		j.d.Attempt = attempt
-		err := r.call(j)
-		if err == nil {
-			break
-		}
-		r.reportError(j, err)
-		if r.stopped() {
+	j := &job{ctx: ctx, d: releasedDelivery(rr.key, id, m), redriven: isRedriven(m.Attributes)}
+	for {
+		rr.p.r.call(j, rr)
+		switch v := rr.last; v.kind {
+		case ran, skipped:
+			return rr.recorded
+		case stopped:
 			return ErrNotReceiving // no retries once shutting down (S7); the key stays parked
-		}
-		var later *RetryAfterError
-		delay := time.Duration(0)
-		switch {
-		case errors.As(err, &later):
-			delay = later.Delay
-		case errors.As(err, new(*PermanentError)):
-			failures = r.cfg.maxAttempts
+		case failedForGood:
+			return fmt.Errorf("%w: %q at message %s: %w", ErrParkedAgain, rr.key, id, v.err)
 		default:
-			failures++
-		}
-		if failures >= r.cfg.maxAttempts {
-			rr.stop(err, id, err.Error())
-			return fmt.Errorf("%w: %q at message %s: %w", ErrParkedAgain, rr.key, id, err)
-		}
-		if delay == 0 {
-			delay = r.backoff(failures)
-		}
-		if err := rr.wait(ctx, delay); err != nil {
-			return err
+			if err := rr.wait(ctx, v.delay); err != nil {
+				return err
+			}
 		}
 	}
-	r.seen.add(id)
-	r.processedStamp(j) // so that the key's next message is no gap (S12)
-	rr.done[id] = true
-	delete(rr.content, id)
-	r.s.counts.released.Add(1)
-	// Recorded even if ctx has ended meanwhile: what ran must not run
-	// again.
+}
+
+// settle is a release's door: a parked message that ran, or was skipped
+// as processed already, is recorded in the control log before the next
+// one runs; one that failed for good stops the release, the key staying
+// parked with it at the head, and gets fresh attempts in the next release.
+func (rr *releaseRun) settle(j *job, v decision) {
+	rr.last = v
+	id := j.d.ID
+	switch v.kind {
+	case ran, skipped:
+		rr.done[id] = true
+		delete(rr.content, id)
+		rr.p.r.s.counts.released.Add(1)
+		rr.recorded = rr.progress(id)
+	case failedForGood:
+		rr.p.r.tries.succeed(id)
+		rr.stop(v.err, id, v.err.Error())
+	}
+}
+
+// progress records that the parked message id was released. It is
+// recorded even if the release's ctx has ended meanwhile: what ran must
+// not run again.
+func (rr *releaseRun) progress(id string) error {
+	p := rr.p
 	for tries := 1; ; tries++ {
 		_, err := p.publish(p.ops, &event{Kind: evProgress, Key: rr.key, Park: rr.park, IDs: []string{id}}).Get(p.ops)
 		if err == nil {
 			return nil
 		}
-		t := time.NewTimer(r.backoff(tries))
+		t := time.NewTimer(p.r.backoff(tries))
 		select {
 		case <-t.C:
 		case <-p.ops.Done():

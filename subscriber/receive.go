@@ -179,8 +179,10 @@ const maxPoolQueue = 1 << 20
 func (r *receiver) deliver(ctx context.Context, m *pubsub.Message) {
 	r.s.counts.received.Add(1)
 	j := newJob(ctx, m)
-	if r.seen.contains(m.ID) {
-		r.settle(j, outDeduplicated) // S6: processed already; acking again runs nothing
+	if r.processedBefore(m.ID) {
+		// S6: processed already; acking again runs nothing. The call path
+		// checks again before the call; this spares the delivery a turn.
+		r.settle(j, outDeduplicated)
 		return
 	}
 	if !r.s.replay.admits(m) {
@@ -224,9 +226,7 @@ func (l *lane) accept(j *job, now time.Time) outcome {
 		}
 	}
 	if r.park != nil && l.key != "" {
-		if out, ok := r.park.accept(l, j); ok { // park.go: the barrier, released messages
-			return out
-		}
+		r.park.accept(l) // park_lane.go: the barrier
 	}
 	if prior := r.tries.prior(id); prior.failures >= r.cfg.maxAttempts {
 		// It failed for good on an earlier delivery: one call per
@@ -276,22 +276,22 @@ const (
 )
 
 // settle acks or nacks every delivery of j's message, once (S11), and
-// counts it.
+// counts it. At shutdown, a nack is left to the official client, which
+// sends it once its streams are closed (shutdown.go).
 func (r *receiver) settle(j *job, out outcome) {
 	if out == outJoined || out == outQueued || !j.settled.CompareAndSwap(false, true) {
 		return
 	}
-	ack := out == outAcked || out == outDeduplicated || out == outSkipped || out == outParked
-	for _, m := range j.stale {
-		if ack {
+	switch {
+	case out == outAcked || out == outDeduplicated || out == outSkipped || out == outParked:
+		for _, m := range j.stale {
 			m.Ack()
-		} else {
+		}
+		r.ack(j)
+	default:
+		for _, m := range j.stale {
 			m.Nack()
 		}
-	}
-	if ack {
-		r.ack(j)
-	} else {
 		j.msg.Nack()
 	}
 	r.room.give(j)

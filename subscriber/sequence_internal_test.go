@@ -17,11 +17,12 @@ import (
 func TestSequenceCheck(t *testing.T) {
 	t.Parallel()
 	type step struct {
-		seq     uint64
-		done    bool // processed after the check
-		copied  bool
-		gap     [2]uint64 // From, To; zero for none
-		comment string
+		seq      uint64
+		redriven bool // republished from a dead-letter topic
+		done     bool // processed after the check
+		copied   bool
+		gap      [2]uint64 // From, To; zero for none
+		comment  string
 	}
 	steps := []step{
 		{seq: 5, done: true, comment: "the first stamp starts the sequence: nothing missing before it"},
@@ -34,10 +35,20 @@ func TestSequenceCheck(t *testing.T) {
 		{seq: 11, gap: [2]uint64{10, 10}, done: true, comment: "10 was never processed here"},
 		{seq: 12, done: true},
 		{seq: 11, copied: true},
+		{seq: 10, redriven: true, done: true, comment: "10 is redriven: it was reported missing, so it runs"},
+		{seq: 10, redriven: true, copied: true, comment: "redriven twice: processed now, so a copy"},
+		{seq: 8, done: true, comment: "8 comes late: it was reported missing, so it runs"},
+		{seq: 7, comment: "7 comes late and fails"},
+		{seq: 7, done: true, comment: "and runs on its retry: still owed"},
+		{seq: 7, copied: true, comment: "then it is a copy"},
+		{seq: 8, copied: true},
+		{seq: 3, redriven: true, done: true, comment: "below the sequence's start, redriven: runs"},
+		{seq: 3, redriven: true, copied: true, comment: "once"},
+		{seq: 2, copied: true, comment: "below the start and not redriven: a copy of a message processed before"},
 	}
 	s := newSequences(10)
 	for i, st := range steps {
-		copied, _, gap := s.check("k", ordering.Stamp{Producer: "p", Seq: st.seq})
+		copied, _, gap := s.check("k", ordering.Stamp{Producer: "p", Seq: st.seq}, st.redriven)
 		assert.Equal(t, st.copied, copied, "step %d (seq %d): %s", i, st.seq, st.comment)
 		if st.gap == [2]uint64{} {
 			assert.Nil(t, gap, "step %d (seq %d): %s", i, st.seq, st.comment)
@@ -79,7 +90,7 @@ func TestSequenceEpochs(t *testing.T) {
 	}
 	s := newSequences(10)
 	for i, st := range steps {
-		copied, _, gap := s.check("k", ordering.Stamp{Producer: "p", Seq: st.seq})
+		copied, _, gap := s.check("k", ordering.Stamp{Producer: "p", Seq: st.seq}, false)
 		e, n := ordering.SplitSeq(st.seq)
 		assert.Equal(t, st.copied, copied, "step %d (%d:%d): %s", i, e, n, st.comment)
 		if st.gap == [2]uint64{} {
@@ -100,7 +111,7 @@ func TestSequencesPerProducerAndKey(t *testing.T) {
 	s := newSequences(10)
 	for _, id := range []seqID{{"k", "a"}, {"k", "b"}, {"j", "a"}} {
 		for seq := uint64(1); seq <= 3; seq++ {
-			copied, _, gap := s.check(id.key, ordering.Stamp{Producer: id.producer, Seq: seq})
+			copied, _, gap := s.check(id.key, ordering.Stamp{Producer: id.producer, Seq: seq}, false)
 			require.False(t, copied, "%v %d", id, seq)
 			require.Nil(t, gap, "%v %d", id, seq)
 			s.done(id.key, ordering.Stamp{Producer: id.producer, Seq: seq})
@@ -116,7 +127,7 @@ func TestSequencesAreBounded(t *testing.T) {
 	const size = 100
 	s := newSequences(size)
 	process := func(key string, seq uint64) (bool, *Gap) {
-		copied, _, gap := s.check(key, ordering.Stamp{Producer: "p", Seq: seq})
+		copied, _, gap := s.check(key, ordering.Stamp{Producer: "p", Seq: seq}, false)
 		s.done(key, ordering.Stamp{Producer: "p", Seq: seq})
 		return copied, gap
 	}
@@ -128,9 +139,9 @@ func TestSequencesAreBounded(t *testing.T) {
 		}
 	}
 	assert.Equal(t, size, s.len(), "the window stays at its size")
-	copied, _, _ := s.check("hot", ordering.Stamp{Producer: "p", Seq: 1})
+	copied, _, _ := s.check("hot", ordering.Stamp{Producer: "p", Seq: 1}, false)
 	assert.True(t, copied, "a recently active sequence is remembered")
-	copied, _, gap := s.check("idle-0", ordering.Stamp{Producer: "p", Seq: 1})
+	copied, _, gap := s.check("idle-0", ordering.Stamp{Producer: "p", Seq: 1}, false)
 	assert.False(t, copied, "a forgotten sequence starts over")
 	assert.Nil(t, gap)
 }
@@ -197,7 +208,7 @@ func BenchmarkSequenceCheck(b *testing.B) {
 		i := 0
 		for b.Loop() {
 			st := ordering.Stamp{Producer: "producer-7", Seq: uint64(i/keys + 1)}
-			if copied, _, _ := s.check(names[i%keys], st); !copied {
+			if copied, _, _ := s.check(names[i%keys], st, false); !copied {
 				s.done(names[i%keys], st)
 			}
 			i++
@@ -237,7 +248,7 @@ func TestSequenceUndo(t *testing.T) {
 	s := newSequences(10)
 	run := func(seq uint64) (copied bool) {
 		st := ordering.Stamp{Producer: "p", Seq: seq}
-		copied, _, gap := s.check("k", st)
+		copied, _, gap := s.check("k", st, false)
 		require.Nil(t, gap, "seq %d", seq)
 		if !copied {
 			s.done("k", st)
@@ -261,6 +272,45 @@ func TestSequenceUndo(t *testing.T) {
 	undo(1)
 	assert.False(t, run(1), "1 runs again")
 	assert.True(t, run(1), "an ack failing twice before the message came back runs it once")
+	// The ack of 5 fails while 6 runs: 5 still runs again after 6.
+	require.False(t, run(5))
+	st := ordering.Stamp{Producer: "p", Seq: 6}
+	copied, _, _ := s.check("k", st, false)
+	require.False(t, copied)
+	undo(5)
+	s.done("k", st)
+	assert.False(t, run(5), "5 runs again after 6")
+	assert.True(t, run(5), "once")
+}
+
+// TestSequenceOwedIsBounded checks that a sequence remembers its newest
+// maxOwed runs of owed numbers, and takes the numbers of older ones for
+// copies.
+func TestSequenceOwedIsBounded(t *testing.T) {
+	t.Parallel()
+	s := newSequences(10)
+	check := func(seq uint64) (copied bool, gap *Gap) {
+		st := ordering.Stamp{Producer: "p", Seq: seq}
+		copied, _, gap = s.check("k", st, false)
+		if !copied {
+			s.done("k", st)
+		}
+		return copied, gap
+	}
+	// Every other number is missing: 1, 3, 5, ... run; 2, 4, 6, ... are owed.
+	const runs = maxOwed + 10
+	for i := uint64(0); i <= runs; i++ {
+		copied, gap := check(2*i + 1)
+		require.False(t, copied)
+		if i > 0 {
+			require.NotNil(t, gap)
+			require.Equal(t, [2]uint64{2 * i, 2 * i}, [2]uint64{gap.From, gap.To})
+		}
+	}
+	for i := uint64(1); i <= runs; i++ {
+		copied, _ := check(2 * i)
+		assert.Equal(t, i <= runs-maxOwed, copied, "%d: only the newest %d missing numbers are owed", 2*i, maxOwed)
+	}
 }
 
 // TestSequenceCopyRuns checks that copies come in runs, each logged once:
@@ -271,7 +321,7 @@ func TestSequenceCopyRuns(t *testing.T) {
 	var firsts []bool
 	for _, seq := range []uint64{1, 2, 3, 1, 2, 3, 4, 2, 3, 5} {
 		st := ordering.Stamp{Producer: "p", Seq: seq}
-		copied, first, _ := s.check("k", st)
+		copied, first, _ := s.check("k", st, false)
 		if copied {
 			firsts = append(firsts, first)
 		} else {

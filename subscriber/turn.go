@@ -1,28 +1,16 @@
 package subscriber
 
-import (
-	"runtime/debug"
-	"time"
-)
+import "time"
 
 // A turn is a lane's task in the worker pool: it runs the lane's oldest
 // delivery. The pool runs it on the lane key's partition, so a key's
 // turns never overlap, and it runs or drops each one exactly once.
 
-// Run runs one turn of the lane.
+// Run runs one turn of the lane: its oldest delivery goes through the
+// call path (call.go), and the lane settles the decision (settle).
 func (l *lane) Run() {
-	j := l.begin()
-	if j == nil {
-		return
-	}
-	// What a handler that calls runtime.Goexit leaves: the deferred end
-	// still settles the message and moves the lane on (S11), then the
-	// goroutine exits and the pool replaces it.
-	res := result{err: ErrHandlerExited}
-	defer func() { l.end(j, res) }()
-	res = l.r.process(j)
-	if res.err != nil {
-		l.r.reportError(j, res.err) // res is kept if this exits the goroutine
+	if j := l.begin(); j != nil {
+		l.r.call(j, l)
 	}
 }
 
@@ -70,69 +58,36 @@ func (l *lane) begin() *job {
 		return nil
 	}
 	l.running, l.busySince = j, now
-	j.d.Attempt = r.tries.prior(j.d.ID).calls + 1
 	j.d.DeliveryAttempt = j.deliveryAttempt()
 	return j
 }
 
-// result is the outcome of one turn's processing.
-type result struct {
-	dedup bool  // the message was processed already: not called (S6)
-	err   error // the handler's error, nil on success
-}
-
-// process calls the handler for j, unless j's message was processed while
-// j waited (S6), or j is a copy of a message processed already under
-// another ID (see sequence.go).
-func (r *receiver) process(j *job) result {
-	if r.seen.contains(j.d.ID) || r.copyOfProcessed(j) {
-		return result{dedup: true}
-	}
-	return result{err: r.call(j)}
-}
-
-// call runs the handler once, turning a panic into a *PanicError.
-func (r *receiver) call(j *job) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
-	return r.h(handlerContext{Context: j.ctx, life: r.handlerCtx}, &j.d)
-}
-
-// end settles the turn's job by its result and moves the lane on.
-func (l *lane) end(j *job, res result) {
+// settle is the pull path's door: it settles the decision on the turn's
+// job and moves the lane on. An ack comes only after the handler succeeded
+// (S4); a failure is retried on a timer or meets the failure policy
+// (failure.go); once Receive is stopping, the job is nacked (S7).
+func (l *lane) settle(j *job, v decision) {
 	r := l.r
 	now := time.Now()
-	took := now.Sub(l.busySince) // set by begin, on this goroutine
-	r.obs.handled(j, took, res)  // before the lane moves on: j is still this turn's
-	if res.err == nil && !res.dedup {
-		// Before the ack, so that a delivery of the message that comes
-		// back after it is known as processed (S6).
-		r.seen.add(j.d.ID)
-		r.processedStamp(j)
-	}
 	var fx effects
 	l.sh.mu.Lock()
 	l.running = nil
-	if !res.dedup {
-		l.pace = ewma(l.pace, took)
-		l.stats.ran(took)
+	if v.took > 0 {
+		l.pace = ewma(l.pace, v.took)
+		l.stats.ran(v.took)
 	}
-	switch {
-	case res.dedup:
+	switch v.kind {
+	case skipped:
 		fx.add(j, outDeduplicated)
-	case res.err == nil:
-		fx.add(j, outAcked) // S4: only after the handler succeeded
+	case ran:
+		fx.add(j, outAcked)
 		if t := l.trouble; t != nil && t.id == j.d.ID {
-			r.tries.succeed(j.d.ID)
 			l.endTrouble(&fx, ReasonSucceeded, now)
 		}
-	case r.stopped():
-		fx.add(j, outShutdown) // no retries once shutting down (S7)
+	case stopped:
+		fx.add(j, outShutdown)
 	default:
-		l.failed(j, res.err, now, &fx)
+		l.failed(j, v, now, &fx)
 	}
 	l.next(&fx)
 	l.sh.mu.Unlock()
