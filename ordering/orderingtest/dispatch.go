@@ -118,11 +118,16 @@ func (sub *subscription) serve(b *batch, kind int) (found, room bool) {
 // as on the service. It reports whether the batch has room left.
 func (sub *subscription) deliverKey(b *batch, k *keyState) bool {
 	defer sub.forget(k)
+	var wait time.Time
 	for k.pending() {
 		e := k.queue[k.next]
 		if e.gone {
 			k.next++
 			continue
+		}
+		if e.notDue(b.now) {
+			wait = e.due // it and the key's later messages wait
+			break
 		}
 		if sub.deadLetterDue(e) {
 			sub.forward(e)
@@ -138,6 +143,9 @@ func (sub *subscription) deliverKey(b *batch, k *keyState) bool {
 	}
 	for _, done := range k.trim() {
 		sub.retain(done)
+	}
+	if !wait.IsZero() {
+		sub.delayKey(k, wait)
 	}
 	return true
 }

@@ -96,6 +96,12 @@
 //   - A deleted topic's subscriptions remain, report the topic as
 //     "_deleted-topic_" and receive nothing new. A deleted subscription is
 //     gone from ListTopicSubscriptions at once.
+//   - [WithLatency] gives publishes and deliveries the round trips they
+//     take on the service: a Publish answers d later, and a message
+//     reaches a subscriber d after it became deliverable, so a design that
+//     waits for a round trip per message shows its cost in tests and
+//     benchmarks. Messages in flight together wait together: latency does
+//     not cut throughput to one message per d.
 //
 // # Faults
 //
@@ -140,8 +146,9 @@
 // (redelivery is immediate); the expiry of idle subscriptions (the
 // expiration policy is reported, never applied); the expiry of
 // unacknowledged messages after the subscription's retention; publish
-// throughput quotas, including about 1 MB/s per ordering key; and the
-// acknowledge confirmations the service sends on a StreamingPull stream of
+// throughput quotas, including about 1 MB/s per ordering key; latency's
+// jitter, and latency on acks, deadline changes and admin calls (with
+// WithLatency they take effect at once); and the acknowledge confirmations the service sends on a StreamingPull stream of
 // an exactly-once subscription (acks sent on the stream are applied, but
 // not confirmed there).
 //
