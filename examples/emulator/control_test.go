@@ -188,6 +188,17 @@ func TestAckDeadlineFlag(t *testing.T) {
 	assert.GreaterOrEqual(t, e.stats().Expired, 1)
 }
 
+// TestLatencyFlag: with -latency, a publish is answered no sooner.
+func TestLatencyFlag(t *testing.T) {
+	t.Parallel()
+	const d = 100 * time.Millisecond
+	e := startFake(t, "-latency="+d.String())
+	start := time.Now()
+	_, err := e.publish("hello").Get(e.ctx)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, time.Since(start), d)
+}
+
 // TestFlagErrors: the fake's flags need -fake and valid values.
 func TestFlagErrors(t *testing.T) {
 	t.Parallel()
@@ -196,6 +207,8 @@ func TestFlagErrors(t *testing.T) {
 		{"-port=0", "-fault=break-streams"},          // needs -fake
 		{"-port=0", "-fake", "-response-size=0"},     // out of range
 		{"-port=0", "-fake", "-ack-deadline=11m"},    // out of range
+		{"-port=0", "-latency=1ms"},                  // needs -fake
+		{"-port=0", "-fake", "-latency=2m"},          // out of range
 		{"-port=0", "-fake", "-fault=explode"},       // unknown kind
 		{"-port=0", "-fake", "-control=256.0.0.1:0"}, // cannot listen
 	} {

@@ -17,6 +17,8 @@
 //	-ack-deadline D    every lease lasts D, at most 10m, whatever clients ask (default 0: as asked,
 //	                   10 s to 600 s); e.g. 500ms makes an unacked message come back fast
 //	-response-size N   messages per StreamingPull response, 1 to 1000 (default 1000)
+//	-latency D         each publish answers, and each delivery arrives, D later, at most 1m
+//	                   (default 0): the round trips of the service, for benchmarks
 //	-fault SPEC        inject a fault, on a schedule; repeatable
 //	-control ADDR      serve the HTTP control endpoint on ADDR, e.g. localhost:8086
 //
@@ -128,7 +130,7 @@ func (s *specs) Set(v string) error {
 }
 
 // fakeFlags are the flags that need -fake.
-var fakeFlags = []string{"ack-deadline", "response-size", "fault", "control"}
+var fakeFlags = []string{"ack-deadline", "response-size", "latency", "fault", "control"}
 
 // run serves until ctx ends, then closes the server.
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -138,6 +140,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fake := fs.Bool("fake", false, "serve ordering/orderingtest instead of pstest")
 	ackDeadline := fs.Duration("ack-deadline", 0, "with -fake: every lease lasts this long (0: as clients ask)")
 	responseSize := fs.Int("response-size", 1000, "with -fake: messages per StreamingPull response, 1 to 1000")
+	latency := fs.Duration("latency", 0, "with -fake: added to each publish and each delivery")
 	var faults specs
 	fs.Var(&faults, "fault", "with -fake: a fault `SPEC` to inject; repeatable (see go doc)")
 	control := fs.String("control", "", "with -fake: serve the HTTP control endpoint on this `address`")
@@ -163,7 +166,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return servePstest(ctx, addr, out)
 	}
 	srv, err := orderingtest.New(orderingtest.WithAddress(addr),
-		orderingtest.WithAckDeadline(*ackDeadline), orderingtest.WithResponseSize(*responseSize))
+		orderingtest.WithAckDeadline(*ackDeadline), orderingtest.WithResponseSize(*responseSize),
+		orderingtest.WithLatency(*latency))
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
 	"github.com/keyorder/keyorder/internal/harness"
+	"github.com/keyorder/keyorder/ordering/orderingtest"
 )
 
 // pstestPerKey sizes the pstest side of BenchmarkOrderedReceive. pstest
@@ -133,4 +135,49 @@ func receiveAll(b *testing.B, client *pubsub.Client, sub string, settings pubsub
 		b.Fatal(err)
 	}
 	return took
+}
+
+// BenchmarkLatency measures publish-to-handler round trips through the
+// official client on a server with and without WithLatency: bursts of
+// messages on as many keys, each published by a Publish call of its own,
+// all at once, and received by one Receive. With latency d a burst takes
+// about 2d whatever its size, since latency delays and does not serialise;
+// ns/op is the time of one burst.
+func BenchmarkLatency(b *testing.B) {
+	for _, d := range []time.Duration{0, 25 * time.Millisecond} {
+		for _, burst := range []int{1, 100} {
+			b.Run(fmt.Sprintf("latency=%v/burst=%d", d, burst), func(b *testing.B) {
+				f := newFixture(b, nil, orderingtest.WithLatency(d))
+				got := make(chan struct{}, burst)
+				f.receive(f.sub, nil, func(_ context.Context, m *pubsub.Message) {
+					m.Ack()
+					got <- struct{}{}
+				})
+				f.waitFor("a stream", func() bool { return f.srv.Stats(f.sub).Streams > 0 })
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					var wg sync.WaitGroup
+					for k := range burst {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							key := fmt.Sprint("k", k)
+							_, err := f.client.TopicAdminClient.Publish(f.ctx, &pubsubpb.PublishRequest{
+								Topic:    f.topic,
+								Messages: []*pubsubpb.PubsubMessage{{Data: []byte(payload(key, i+1)), OrderingKey: key}},
+							})
+							if err != nil {
+								b.Error(err)
+							}
+						}()
+					}
+					for range burst {
+						recv(b, got, "a message of the burst")
+					}
+					wg.Wait()
+				}
+				b.ReportMetric(float64(b.N*burst)/b.Elapsed().Seconds(), "msgs/s")
+			})
+		}
+	}
 }

@@ -4,11 +4,14 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/keyorder/keyorder/internal/harness"
 )
 
 // TestDeadLetter: a message nacked on every attempt is delivered
@@ -140,4 +143,49 @@ func TestDeadLetteredStaysGone(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 5, k2, "k/2 was delivered max_delivery_attempts times, never after it was forwarded")
+}
+
+// TestDeadLetterAttributes: a dead-lettered message keeps its data,
+// attributes and ordering key, and carries the attributes the service adds
+// when it forwards a message: the delivery attempts, the source
+// subscription's ID and project, and the original publish time.
+func TestDeadLetterAttributes(t *testing.T) {
+	t.Parallel()
+	dlq, dlqSub := topicName("dead"), subName("dead")
+	f := newFixture(t, nil)
+	f.createTopic(&pubsubpb.Topic{Name: dlq})
+	f.createSubscription(&pubsubpb.Subscription{Name: dlqSub, Topic: dlq})
+	src := subName("src")
+	f.createSubscription(&pubsubpb.Subscription{
+		Name: src, Topic: f.topic, EnableMessageOrdering: true,
+		DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{DeadLetterTopic: dlq, MaxDeliveryAttempts: 6},
+	})
+	f.receive(src, nil, func(_ context.Context, m *pubsub.Message) { m.Nack() })
+	dead := make(chan *pubsub.Message, 1)
+	f.receive(dlqSub, nil, func(_ context.Context, m *pubsub.Message) {
+		m.Ack()
+		dead <- m
+	})
+	p := f.client.Publisher(f.topic)
+	defer p.Stop()
+	p.EnableMessageOrdering = true
+	_, err := p.Publish(f.ctx, &pubsub.Message{Data: []byte("k/1"), OrderingKey: "k", Attributes: map[string]string{"origin": "test"}}).Get(f.ctx)
+	require.NoError(t, err)
+
+	m := recv(t, dead, "the dead-lettered message")
+	published := f.srv.Messages(f.topic)[0].PublishTime
+	assert.Equal(t, "k/1", string(m.Data))
+	assert.Equal(t, "k", m.OrderingKey)
+	assert.Equal(t, map[string]string{
+		"origin": "test",
+		"CloudPubSubDeadLetterSourceDeliveryCount":       "6",
+		"CloudPubSubDeadLetterSourceSubscription":        "src",
+		"CloudPubSubDeadLetterSourceSubscriptionProject": harness.Project,
+		"CloudPubSubDeadLetterSourceTopicPublishTime":    published.UTC().Format("2006-01-02T15:04:05.000+00:00"),
+	}, m.Attributes)
+	at, err := time.Parse(time.RFC3339, m.Attributes["CloudPubSubDeadLetterSourceTopicPublishTime"])
+	require.NoError(t, err, "the publish time is RFC 3339")
+	assert.WithinDuration(t, published, at, time.Millisecond)
+	assert.True(t, m.PublishTime.After(published) || m.PublishTime.Equal(published), "the dead-letter topic publishes it anew")
+	assert.NotEqual(t, f.srv.Messages(f.topic)[0].ID, m.ID, "under a message ID of its own")
 }

@@ -2,9 +2,11 @@ package orderingtest
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // responseMaxBytes keeps a response well under the 20 MiB the official
@@ -116,11 +118,16 @@ func (sub *subscription) serve(b *batch, kind int) (found, room bool) {
 // as on the service. It reports whether the batch has room left.
 func (sub *subscription) deliverKey(b *batch, k *keyState) bool {
 	defer sub.forget(k)
+	var wait time.Time
 	for k.pending() {
 		e := k.queue[k.next]
 		if e.gone {
 			k.next++
 			continue
+		}
+		if e.notDue(b.now) {
+			wait = e.due // it and the key's later messages wait
+			break
 		}
 		if sub.deadLetterDue(e) {
 			sub.forward(e)
@@ -136,6 +143,9 @@ func (sub *subscription) deliverKey(b *batch, k *keyState) bool {
 	}
 	for _, done := range k.trim() {
 		sub.retain(done)
+	}
+	if !wait.IsZero() {
+		sub.delayKey(k, wait)
 	}
 	return true
 }
@@ -238,6 +248,44 @@ func (sub *subscription) forward(e *entry) {
 	e.acked, e.gone = true, true
 	sub.stats.DeadLettered++
 	if t := sub.srv.topics[sub.deadLetterPolicy().GetDeadLetterTopic()]; t != nil {
-		sub.srv.publishLocked(t, []*pubsubpb.PubsubMessage{e.msg.proto})
+		sub.srv.publishLocked(t, []*pubsubpb.PubsubMessage{sub.deadLettered(e)})
 	}
+}
+
+// The attributes the service adds to a message it forwards to a dead-letter
+// topic ("Dead-letter topics": "When Pub/Sub forwards an undeliverable
+// message, it adds the following attributes to the message").
+const (
+	dlDeliveryCount       = "CloudPubSubDeadLetterSourceDeliveryCount"       // delivery attempts on the source subscription
+	dlSubscription        = "CloudPubSubDeadLetterSourceSubscription"        // the source subscription's ID
+	dlSubscriptionProject = "CloudPubSubDeadLetterSourceSubscriptionProject" // the project ID it belongs to
+	dlTopicPublishTime    = "CloudPubSubDeadLetterSourceTopicPublishTime"    // when the message was first published
+)
+
+// dlPublishTime is the layout of CloudPubSubDeadLetterSourceTopicPublishTime
+// in the service's dead-lettered messages: RFC 3339 in UTC, to the
+// millisecond, with a numeric offset ("2021-04-08T09:33:30.425+00:00").
+const dlPublishTime = "2006-01-02T15:04:05.000+00:00"
+
+// deadLettered is e's message as the dead-letter topic receives it: its
+// data, attributes and ordering key, with the service's attributes added.
+// The topic gives it a message ID and publish time of its own.
+func (sub *subscription) deadLettered(e *entry) *pubsubpb.PubsubMessage {
+	p := proto.Clone(e.msg.proto).(*pubsubpb.PubsubMessage)
+	if p.Attributes == nil {
+		p.Attributes = make(map[string]string, 4)
+	}
+	project, id := splitSubscriptionName(sub.proto.GetName())
+	p.Attributes[dlDeliveryCount] = strconv.Itoa(e.failures)
+	p.Attributes[dlSubscription] = id
+	p.Attributes[dlSubscriptionProject] = project
+	p.Attributes[dlTopicPublishTime] = e.msg.published.UTC().Format(dlPublishTime)
+	return p
+}
+
+// splitSubscriptionName splits a valid "projects/P/subscriptions/S" into
+// P and S.
+func splitSubscriptionName(name string) (project, id string) {
+	project, id, _ = strings.Cut(strings.TrimPrefix(name, "projects/"), "/subscriptions/")
+	return project, id
 }

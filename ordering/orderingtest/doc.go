@@ -58,7 +58,14 @@
 //     topic and removed from the subscription: no later tail redelivery
 //     brings it back. Its key goes on without it, so order is not kept, as
 //     the service warns. delivery_attempt is set only on subscriptions with
-//     a dead-letter policy.
+//     a dead-letter policy. The forwarded message keeps its data,
+//     attributes and ordering key, and gets the attributes the service
+//     adds: CloudPubSubDeadLetterSourceDeliveryCount (the delivery
+//     attempts), CloudPubSubDeadLetterSourceSubscription (the source
+//     subscription's ID), CloudPubSubDeadLetterSourceSubscriptionProject
+//     (its project's ID) and CloudPubSubDeadLetterSourceTopicPublishTime
+//     (the original publish time, RFC 3339 in UTC to the millisecond, as
+//     in "2021-04-08T09:33:30.425+00:00").
 //   - On subscriptions with exactly-once delivery, acks and modacks of stale
 //     ack IDs fail per ack ID in the error format the official client
 //     parses, successful acks are final, and acknowledged messages are
@@ -89,6 +96,12 @@
 //   - A deleted topic's subscriptions remain, report the topic as
 //     "_deleted-topic_" and receive nothing new. A deleted subscription is
 //     gone from ListTopicSubscriptions at once.
+//   - [WithLatency] gives publishes and deliveries the round trips they
+//     take on the service: a Publish answers d later, and a message
+//     reaches a subscriber d after it became deliverable, so a design that
+//     waits for a round trip per message shows its cost in tests and
+//     benchmarks. Messages in flight together wait together: latency does
+//     not cut throughput to one message per d.
 //
 // # Faults
 //
@@ -133,9 +146,9 @@
 // (redelivery is immediate); the expiry of idle subscriptions (the
 // expiration policy is reported, never applied); the expiry of
 // unacknowledged messages after the subscription's retention; publish
-// throughput quotas, including about 1 MB/s per ordering key; the
-// attributes the service adds to dead-lettered messages; and the
-// acknowledge confirmations the service sends on a StreamingPull stream of
+// throughput quotas, including about 1 MB/s per ordering key; latency's
+// jitter, and latency on acks, deadline changes and admin calls (with
+// WithLatency they take effect at once); and the acknowledge confirmations the service sends on a StreamingPull stream of
 // an exactly-once subscription (acks sent on the stream are applied, but
 // not confirmed there).
 //

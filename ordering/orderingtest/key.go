@@ -1,5 +1,7 @@
 package orderingtest
 
+import "time"
+
 // An entry is one message's state in one subscription. Guarded by
 // Server.mu, like everything it points to.
 type entry struct {
@@ -17,6 +19,10 @@ type entry struct {
 	gone     bool
 	failures int    // nacks and expired leases: the delivery attempt is failures+1
 	lease    *lease // non-nil while a delivery is outstanding
+	// due is when the message may next be delivered; zero means at once.
+	// It is set each time the message becomes deliverable: published,
+	// nacked, expired, or sent back with its key's tail (delay.go).
+	due time.Time
 }
 
 // keyState is one ordering key of an ordered subscription.
@@ -39,6 +45,7 @@ type keyState struct {
 	outstanding int     // leases held on queue entries
 	stream      *stream // affinity; meaningful while outstanding > 0
 	queued      bool    // in stream.ready or subscription.waiting
+	delayed     bool    // waiting in Server.delays until its next message is due
 }
 
 func (k *keyState) pending() bool { return k.next < len(k.queue) }
@@ -82,4 +89,6 @@ func (k *keyState) trim() []*entry {
 
 // idle reports whether the key holds nothing at all, so its state can go:
 // an idle key costs nothing, however many keys there are.
-func (k *keyState) idle() bool { return len(k.queue) == 0 && k.outstanding == 0 && !k.queued }
+func (k *keyState) idle() bool {
+	return len(k.queue) == 0 && k.outstanding == 0 && !k.queued && !k.delayed
+}

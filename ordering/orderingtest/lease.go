@@ -65,34 +65,41 @@ func (s *Server) removeLeaseLocked(l *lease) {
 	}
 }
 
-// armLocked makes sure the expiry timer fires no later than the earliest
-// deadline. A timer armed earlier than needed just fires, finds nothing due
-// and re-arms, so later deadlines never need a reset.
+// armLocked makes sure the timer fires no later than the earliest lease
+// deadline or delayed action. A timer armed earlier than needed just fires,
+// finds nothing due and re-arms, so later times never need a reset.
 func (s *Server) armLocked() {
-	if len(s.leases) == 0 {
-		return
+	var first time.Time
+	if len(s.leases) > 0 {
+		first = s.leases[0].deadline
 	}
-	first := s.leases[0].deadline
-	if s.armed.IsZero() || first.Before(s.armed) {
+	if len(s.delays) > 0 && (first.IsZero() || s.delays[0].at.Before(first)) {
+		first = s.delays[0].at
+	}
+	if !first.IsZero() && (s.armed.IsZero() || first.Before(s.armed)) {
 		s.armed = first
-		s.expiry.Reset(time.Until(first))
+		s.timer.Reset(time.Until(first))
 	}
 }
 
-// runExpiry expires leases as their deadlines pass, until Close.
-func (s *Server) runExpiry() {
+// runTimers expires leases as their deadlines pass, and takes delayed
+// actions as they fall due, until Close.
+func (s *Server) runTimers() {
 	defer s.wg.Done()
 	for {
 		select {
 		case <-s.done:
 			return
-		case <-s.expiry.C:
+		case <-s.timer.C:
 			s.mu.Lock()
 			s.armed = time.Time{}
 			now := time.Now()
 			for len(s.leases) > 0 && !s.leases[0].deadline.After(now) {
 				l := heap.Pop(&s.leases).(*lease)
 				l.sub.expire(l)
+			}
+			for len(s.delays) > 0 && !s.delays[0].at.After(now) {
+				s.fireLocked(heap.Pop(&s.delays).(*delayed))
 			}
 			s.armLocked()
 			s.changedLocked()

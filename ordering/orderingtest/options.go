@@ -8,11 +8,15 @@ import (
 // maxAckDeadline is the longest ack deadline the service grants: 600 s.
 const maxAckDeadline = 600 * time.Second
 
+// maxLatency bounds WithLatency: beyond a minute a test is not a test.
+const maxLatency = time.Minute
+
 // config holds the settings New validates once.
 type config struct {
 	addr         string        // where to listen
 	ackDeadline  time.Duration // 0: honour the deadlines clients ask for
 	responseSize int           // messages per StreamingPull response, at most
+	latency      time.Duration // added to each publish and each delivery
 }
 
 // DefaultAddress is where a Server listens unless WithAddress says
@@ -26,6 +30,9 @@ func defaultConfig() config {
 func (c config) validate() error {
 	if c.ackDeadline < 0 || c.ackDeadline > maxAckDeadline {
 		return fmt.Errorf("%w: ack deadline %v outside [0, %v]", ErrInvalidConfig, c.ackDeadline, maxAckDeadline)
+	}
+	if c.latency < 0 || c.latency > maxLatency {
+		return fmt.Errorf("%w: latency %v outside [0, %v]", ErrInvalidConfig, c.latency, maxLatency)
 	}
 	if c.responseSize < 1 || c.responseSize > 1000 {
 		return fmt.Errorf("%w: response size %d outside [1, 1000]", ErrInvalidConfig, c.responseSize)
@@ -65,4 +72,24 @@ func WithAckDeadline(d time.Duration) Option {
 // finely. The default is 1000; n must be in [1, 1000].
 func WithResponseSize(n int) Option {
 	return func(c *config) { c.responseSize = n }
+}
+
+// WithLatency makes the server as slow as the service is far: each Publish
+// answers d after it arrives, and each message reaches a StreamingPull
+// stream or a Pull response d after it became deliverable (published,
+// nacked, expired, sought back or sent again with its key's tail). A
+// published message becomes deliverable when its Publish answers, so a
+// publish-to-handler round trip takes at least 2d, as a publish and a
+// delivery each take a trip on the service.
+//
+// Latency delays; it does not serialise: messages in flight at the same
+// time each wait about d, and throughput holds as long as the client keeps
+// enough in flight (per ordering key, the official publisher sends one
+// request at a time, as it does to the service). Ack, ModifyAckDeadline
+// and the admin calls are not delayed: their effects apply at once, and a
+// nacked message's redelivery is what takes d.
+//
+// The default, 0, adds nothing, and costs nothing. d must be in [0, 1 min].
+func WithLatency(d time.Duration) Option {
+	return func(c *config) { c.latency = d }
 }

@@ -3,6 +3,7 @@ package orderingtest
 import (
 	"context"
 	"slices"
+	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/grpc/codes"
@@ -106,10 +107,19 @@ func (svc publisherService) DeleteTopic(_ context.Context, req *pubsubpb.DeleteT
 // apply after validation: a hold first, then a failure that stores
 // nothing, then a failure after the messages are stored.
 func (svc publisherService) Publish(ctx context.Context, req *pubsubpb.PublishRequest) (*pubsubpb.PublishResponse, error) {
+	s := svc.s
+	if d := s.cfg.latency; d > 0 {
+		// The request's trip: whatever the outcome, the answer comes d
+		// later, and a stored message is deliverable from then on.
+		t := time.NewTimer(d)
+		defer t.Stop()
+		if err := await(s, ctx, t.C); err != nil {
+			return nil, err
+		}
+	}
 	if err := validatePublish(req); err != nil {
 		return nil, err
 	}
-	s := svc.s
 	s.mu.Lock()
 	_, err := s.topicLocked(req.GetTopic())
 	var hold *Fault
@@ -121,12 +131,8 @@ func (svc publisherService) Publish(ctx context.Context, req *pubsubpb.PublishRe
 		return nil, err
 	}
 	if hold != nil {
-		select {
-		case <-hold.release:
-		case <-ctx.Done():
-			return nil, status.FromContextError(ctx.Err()).Err()
-		case <-s.done:
-			return nil, status.Error(codes.Unavailable, "orderingtest: server closed")
+		if err := await(s, ctx, hold.release); err != nil {
+			return nil, err
 		}
 	}
 
@@ -144,4 +150,17 @@ func (svc publisherService) Publish(ctx context.Context, req *pubsubpb.PublishRe
 		return nil, status.Errorf(f.code, "orderingtest: injected loss of the response to a stored publish")
 	}
 	return &pubsubpb.PublishResponse{MessageIds: ids}, nil
+}
+
+// await waits for ch to deliver or close, and fails as the call would if
+// ctx ends or the server closes first.
+func await[T any](s *Server, ctx context.Context, ch <-chan T) error {
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	case <-s.done:
+		return status.Error(codes.Unavailable, "orderingtest: server closed")
+	}
 }

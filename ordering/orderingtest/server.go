@@ -35,7 +35,7 @@ type Server struct {
 
 	cfg       config
 	grpc      *grpc.Server
-	wg        sync.WaitGroup // the serve loop, the expiry loop and stream readers; Close waits
+	wg        sync.WaitGroup // the serve loop, the timer loop and stream readers; Close waits
 	done      chan struct{}  // closed by Close: stops senders, Pull and held Publish calls
 	closeOnce sync.Once
 
@@ -44,8 +44,10 @@ type Server struct {
 	topics     map[string]*topic
 	subs       map[string]*subscription
 	leases     leaseHeap   // every outstanding lease, earliest deadline first
-	expiry     *time.Timer // fires at the earliest deadline; read by runExpiry
-	armed      time.Time   // when expiry is set to fire; zero when not set
+	delays     delayHeap   // deliveries waiting to be due, earliest first (delay.go)
+	timer      *time.Timer // fires at the earliest deadline or delay; read by runTimers
+	armed      time.Time   // when timer is set to fire; zero when not set
+	nextDelay  int64       // last delayed action's seq
 	nextSerial int64       // last message serial handed out
 	nextSub    int64
 	nextStream int64
@@ -75,12 +77,12 @@ func New(opts ...Option) (*Server, error) {
 		done:   make(chan struct{}),
 		topics: map[string]*topic{},
 		subs:   map[string]*subscription{},
-		expiry: time.NewTimer(time.Hour),
+		timer:  time.NewTimer(time.Hour),
 		// WaitForHandlers makes Stop wait for every RPC handler, so Close
 		// returns only after every stream's sender has exited.
 		grpc: grpc.NewServer(grpc.MaxRecvMsgSize(maxRecvBytes), grpc.WaitForHandlers(true)),
 	}
-	s.expiry.Stop()
+	s.timer.Stop()
 	pubsubpb.RegisterPublisherServer(s.grpc, publisherService{s: s})
 	pubsubpb.RegisterSubscriberServer(s.grpc, subscriberService{s: s})
 	s.wg.Add(2)
@@ -88,7 +90,7 @@ func New(opts ...Option) (*Server, error) {
 		defer s.wg.Done()
 		_ = s.grpc.Serve(lis) // returns once Close stops the server
 	}()
-	go s.runExpiry()
+	go s.runTimers()
 	return s, nil
 }
 
@@ -127,7 +129,7 @@ func (s *Server) Close() error {
 		s.mu.Unlock()
 		s.grpc.Stop()
 		s.wg.Wait()
-		s.expiry.Stop()
+		s.timer.Stop()
 	})
 	return nil
 }

@@ -168,12 +168,8 @@ func (svc subscriberService) Pull(ctx context.Context, req *pubsubpb.PullRequest
 		if wait == nil {
 			return &pubsubpb.PullResponse{ReceivedMessages: msgs}, nil
 		}
-		select {
-		case <-wait:
-		case <-ctx.Done():
-			return nil, status.FromContextError(ctx.Err()).Err()
-		case <-s.done:
-			return nil, status.Error(codes.Unavailable, "orderingtest: server closed")
+		if err := await(s, ctx, wait); err != nil {
+			return nil, err
 		}
 	}
 }

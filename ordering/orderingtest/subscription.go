@@ -29,6 +29,7 @@ type subscription struct {
 	leases  map[string]*lease    // by ack ID
 	acked   []*message           // acknowledged and retained for Seek (retain_acked_messages)
 	avail   chan struct{}        // closed when work may be available; Pull waits on it
+	epoch   int                  // counts resets; delayed actions from an earlier epoch are void
 	stats   Stats
 }
 
@@ -59,13 +60,12 @@ func (sub *subscription) enqueue(m *message) {
 	if !sub.filter.matches(m.proto) {
 		return // the service acknowledges it for the subscription
 	}
-	e := &entry{msg: m}
+	e := &entry{msg: m, due: sub.srv.dueAfter(0)}
 	key := m.proto.GetOrderingKey()
 	if !sub.ordered || key == "" {
 		// Messages without a key, and every message of an unordered
 		// subscription, carry no ordering promise.
-		sub.loose.push(e)
-		sub.wakeAll()
+		sub.line(e)
 		return
 	}
 	k := sub.keys[key]
@@ -79,7 +79,11 @@ func (sub *subscription) enqueue(m *message) {
 
 // route puts a key with messages to deliver where a stream will find it.
 func (sub *subscription) route(k *keyState) {
-	if !k.pending() || k.queued {
+	if !k.pending() || k.queued || k.delayed {
+		return
+	}
+	if e := k.queue[k.next]; e.notDue(time.Now()) {
+		sub.delayKey(k, e.due)
 		return
 	}
 	if k.outstanding == 0 {
@@ -215,8 +219,8 @@ func (sub *subscription) fail(l *lease) {
 	e := l.entry
 	e.failures++ // delivery attempts = 1 + nacks + expired deadlines
 	if e.key == nil {
-		sub.loose.push(e)
-		sub.wakeAll()
+		e.due = sub.srv.dueAfter(0)
+		sub.line(e)
 		return
 	}
 	sub.rewind(e.key, e.key.index(e))
@@ -229,6 +233,7 @@ func (sub *subscription) fail(l *lease) {
 // the old ack IDs are ignored and the new deliveries need acks of their own.
 // Messages that are gone stay acknowledged, and deliverKey skips them.
 func (sub *subscription) rewind(k *keyState, i int) {
+	due := sub.srv.dueAfter(0)
 	for _, e := range k.queue[i:k.next] {
 		if e.lease != nil {
 			sub.settle(e.lease)
@@ -236,6 +241,7 @@ func (sub *subscription) rewind(k *keyState, i int) {
 		if !e.gone {
 			e.acked = false
 		}
+		e.due = due
 	}
 	k.next = i
 }
@@ -290,6 +296,7 @@ func (sub *subscription) remove() {
 
 // reset drops the backlog and every lease, for Seek and deletion.
 func (sub *subscription) reset() {
+	sub.epoch++
 	for _, l := range sub.leases {
 		sub.settle(l)
 	}
