@@ -167,6 +167,14 @@ func (s *Server) sendStream(gs pubsubpb.Subscriber_StreamingPullServer, st *stre
 		}
 		for {
 			s.mu.Lock()
+			if err := gs.Context().Err(); err != nil {
+				// The client has cancelled the call: the service sends
+				// nothing more on it. Checked under the lock that fill
+				// takes, so that a request the client sent after
+				// cancelling (a nack at shutdown) finds the stream gone.
+				s.mu.Unlock()
+				return status.FromContextError(err).Err()
+			}
 			msgs := st.sub.fill(st, s.cfg.responseSize)
 			ping := st.pingDue
 			st.pingDue = false
