@@ -50,7 +50,9 @@ type confirmer struct {
 
 	mu      sync.Mutex
 	pending fifo.Queue[pendingAck] // guarded by mu
+	waiting int                    // acks sent and not answered yet, pending included; guarded by mu
 	wake    chan struct{}          // capacity 1: pending has an ack
+	answer  chan struct{}          // capacity 1: an answer came
 	quit    chan struct{}          // closed by stop: drain what is pending, then exit
 	done    chan struct{}          // closed when the goroutine exits
 
@@ -70,6 +72,7 @@ type pendingAck struct {
 func (c *confirmer) start(r *receiver) {
 	c.r = r
 	c.wake = make(chan struct{}, 1)
+	c.answer = make(chan struct{}, 1)
 	c.quit = make(chan struct{})
 	c.done = make(chan struct{})
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -82,10 +85,31 @@ func (c *confirmer) ack(p pendingAck, m *pubsub.Message) {
 	p.res = m.AckWithResult()
 	c.mu.Lock()
 	c.pending.Push(p)
+	c.waiting++
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
 	default:
+	}
+}
+
+// flush waits until every ack sent so far has its answer, for at most
+// wait.
+func (c *confirmer) flush(wait time.Duration) {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		c.mu.Lock()
+		n := c.waiting
+		c.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-c.answer:
+		case <-t.C:
+			return
+		}
 	}
 }
 
@@ -119,6 +143,13 @@ func (c *confirmer) run() {
 				c.r.seqs.undo(p.key, p.stamp)
 			}
 			c.r.s.counts.ackFailed.Add(1)
+		}
+		c.mu.Lock()
+		c.waiting--
+		c.mu.Unlock()
+		select {
+		case c.answer <- struct{}{}:
+		default:
 		}
 	}
 }

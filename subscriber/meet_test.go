@@ -273,6 +273,78 @@ func TestReplayDoesNotPark(t *testing.T) {
 	e.requireNoSubscription(t)
 }
 
+// TestShutdownLeavesNoLease: Receive stops while k/1 runs and k/2..k/5
+// wait behind it. Once Receive returns, nothing of the key is outstanding
+// (S11: shutdown never waits out a lease), so the next Receive gets the
+// rest at once, not after the ack deadline.
+//
+// The server takes a few milliseconds to send a nacked message again, as
+// the service does. With none at all, it could answer the official
+// client's last nack on the stream the client cancelled a moment before,
+// since the client sends the two without order between them (shutdown.go).
+func TestShutdownLeavesNoLease(t *testing.T) {
+	t.Parallel()
+	const lease = 5 * time.Second
+	e := newFakeEnv(t, []orderingtest.Option{orderingtest.WithAckDeadline(lease), orderingtest.WithLatency(20 * time.Millisecond)},
+		subscriber.WithDrainTimeout(time.Second))
+	e.publish(t, []string{"k"}, 5)
+	sub := e.sub.Name()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- e.sub.Receive(ctx, func(hctx context.Context, d *subscriber.Delivery) error {
+			if string(d.Data) != "k/1" {
+				return nil
+			}
+			// Everything of the key is here before Receive stops; k/1
+			// ends once the shutdown has begun, at the drain timeout,
+			// which cancels hctx, and succeeds.
+			if err := e.srv.WaitFor(hctx, func() bool { return e.srv.Stats(sub).Delivered >= 5 }); err != nil {
+				return err
+			}
+			cancel()
+			<-hctx.Done()
+			return nil
+		})
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(testTimeout):
+		t.Fatal("Receive did not return")
+	}
+	returned := time.Now()
+	// The last nack's answer, if any, comes after the server's latency.
+	wctx, wcancel := context.WithTimeout(context.Background(), time.Second)
+	defer wcancel()
+	assert.NoError(t, e.srv.WaitFor(wctx, func() bool { return e.srv.Stats(sub).Outstanding == 0 }))
+	st := e.srv.Stats(sub)
+	assert.Zero(t, st.Outstanding, "outstanding after Receive returned: %+v", st)
+	assert.Equal(t, 1, st.Acked)
+	assert.NotZero(t, st.Nacked, "the rest was nacked")
+
+	rec := &seqRecorder{}
+	got := make(chan struct{})
+	stop := start(t, e.sub, func(_ context.Context, d *subscriber.Delivery) error {
+		rec.add(d)
+		if string(d.Data) == "k/5" {
+			close(got)
+		}
+		return nil
+	})
+	select {
+	case <-got:
+	case <-time.After(lease / 2):
+		_, data := rec.snapshot()
+		t.Fatalf("in %v the next Receive got %v of the key's 4 messages left", lease/2, data)
+	}
+	stop()
+	_, data := rec.snapshot()
+	assert.Equal(t, []string{"k/2", "k/3", "k/4", "k/5"}, data)
+	t.Logf("the rest arrived %v after Receive returned", time.Since(returned))
+}
+
 // TestNoParkingOrDeadLetteringOntoItsOwnTopic: a subscription that parks
 // or dead-letters onto its own topic would receive its failures again as
 // new messages, without end. Both are refused with ErrInvalidConfig, by ID

@@ -67,12 +67,15 @@ func (s *Subscription) Receive(ctx context.Context, h Handler) error {
 
 	official := s.client.Subscriber(s.name)
 	official.ReceiveSettings = s.cfg.receive
-	// With ShutdownOptions nil, the official Receive returns only once
-	// every message it handed over is acked or nacked, and it extends
-	// their leases until then: the shutdown below relies on both.
-	official.ReceiveSettings.ShutdownOptions = nil
+	official.ReceiveSettings.ShutdownOptions = &pubsub.ShutdownOptions{
+		Behavior: pubsub.ShutdownBehaviorNackImmediately, Timeout: nackTimeout,
+	}
+	// The official Receive outlives ctx until the shutdown has drained
+	// (see shutdown).
+	pullCtx, stopPulling := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopPulling()
 	pulled := make(chan error, 1)
-	go func() { pulled <- official.Receive(ctx, r.deliver) }()
+	go func() { pulled <- official.Receive(pullCtx, r.deliver) }()
 
 	var pullErr error
 	select {
@@ -82,8 +85,11 @@ func (s *Subscription) Receive(ctx context.Context, h Handler) error {
 	}
 	r.shutdown()
 	if pulled != nil {
+		r.flushAcks()
+		stopPulling()
 		pullErr = <-pulled
 	}
+	r.nackLeftovers()
 	return r.finish(pullErr)
 }
 
@@ -107,6 +113,7 @@ type receiver struct {
 	obs            *recorder     // metrics and logs (observe.go)
 	census         census        // scratch for Stats (census.go)
 	park           *parking      // with WithParking, else nil (park.go)
+	ending         ending        // what the shutdown nacks once the streams close (shutdown.go)
 }
 
 func newReceiver(ctx context.Context, s *Subscription, h Handler) (*receiver, error) {
@@ -130,6 +137,7 @@ func newReceiver(ctx context.Context, s *Subscription, h Handler) (*receiver, er
 		seen:           newProcessed(s.cfg.dedupWindow),
 		seqs:           newSequences(s.cfg.seqWindow),
 		tries:          newAttempts(),
+		ending:         ending{born: time.Now()},
 	}
 	r.room.init(&s.cfg, s.deadLetterAttempts)
 	r.obs = newRecorder(s, r.gauges)
@@ -288,6 +296,8 @@ func (r *receiver) settle(j *job, out outcome) {
 			m.Ack()
 		}
 		r.ack(j)
+		r.ending.acked()
+	case out == outShutdown && r.ending.hold(j):
 	default:
 		for _, m := range j.stale {
 			m.Nack()
@@ -342,32 +352,5 @@ func (r *receiver) stopped() bool {
 		return true
 	default:
 		return false
-	}
-}
-
-// shutdown stops the receiver (S7): deliveries queued or waiting for a
-// retry are nacked, running handlers finish within the drain timeout and
-// are then cancelled, and every goroutine the receiver started exits.
-func (r *receiver) shutdown() {
-	close(r.stopping)
-	r.stopWatch()
-	// Nack what waits in the lanes. A lane with a turn in the pool is
-	// settled by the turn's Drop below; one with a handler running, when
-	// the handler returns.
-	var fx effects
-	r.lanes.each(func(l *lane) { l.drain(&fx, outShutdown) })
-	for _, s := range fx.settle {
-		r.settle(s.j, s.out)
-	}
-	drain, cancel := context.WithTimeout(context.Background(), r.cfg.drainTimeout)
-	if r.pool.Stop(drain) != nil {
-		r.cancelHandlers()
-		_ = r.pool.Stop(context.Background())
-	}
-	cancel()
-	r.clock.wg.Wait()
-	r.obs.close()
-	if r.park != nil {
-		r.park.shutdown()
 	}
 }

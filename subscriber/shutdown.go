@@ -1,0 +1,140 @@
+package subscriber
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+)
+
+// Shutdown (S7) comes in two phases, so that it never leaves a message
+// leased to a stream that nobody reads (S11).
+//
+// A nack makes the service send the message again at once, with its key's
+// tail, and while a stream of this Receive is open, that is where it goes.
+// The official client stops reading its stream when its context ends, but
+// closes the stream only once every message it handed over is settled: a
+// nack sent in between is answered on a stream nobody reads, and the
+// messages stay leased there until the stream's ack deadline, up to a
+// minute, while the next Receive gets nothing of their keys. Closing the
+// streams first does not help either: the official client then stops
+// sending acks.
+//
+// So the official Receive runs on a context of its own, which outlives
+// Receive's, and:
+//
+//  1. When Receive's context ends, nothing new runs, and what would be
+//     nacked (the queued deliveries, those that arrive meanwhile, a call
+//     that fails while stopping, a flight that cannot land) is held
+//     instead, unsettled, its lease still extended by the official
+//     client. Running handlers finish within the drain timeout; their
+//     acks go out as usual.
+//  2. Once they have, and the acks have been sent (flushAcks), the
+//     official Receive is cancelled with ShutdownBehaviorNackImmediately:
+//     it closes its streams, then nacks every message still unsettled,
+//     the held ones, in one request. The service sends them to the next
+//     stream of the subscription, here or elsewhere.
+//
+// A held delivery is settled, and counted, as nacked when it is held; its
+// Nack is called once the official Receive has returned (nackLeftovers),
+// for the official client's books, and is not sent again.
+
+// nackTimeout bounds the official client's nack of what is left at
+// shutdown.
+const nackTimeout = 30 * time.Second
+
+// ackFlush is how long the acks handed to the official client may wait to
+// be sent: it sends them every 100 ms, and drops those still pending when
+// its streams close. Waiting two and a half intervals since the last ack
+// lets it send them unless one of its requests hangs for longer.
+const ackFlush = 250 * time.Millisecond
+
+// ending is a Receive's shutdown state.
+type ending struct {
+	born    time.Time    // when the Receive began; set once
+	lastAck atomic.Int64 // when the last ack was handed over, as time since born
+
+	mu     sync.Mutex
+	closed bool              // the official Receive has returned: nothing more is held
+	held   []*pubsub.Message // deliveries to nack; guarded by mu
+}
+
+// acked records that an ack was handed to the official client now.
+func (e *ending) acked() { e.lastAck.Store(int64(time.Since(e.born))) }
+
+// hold keeps the deliveries of j, which the shutdown nacks, unsettled
+// until the streams are closed, and reports whether it did. j is settled,
+// and counted, as nacked.
+func (e *ending) hold(j *job) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return false
+	}
+	e.held = append(e.held, j.stale...)
+	e.held = append(e.held, j.msg)
+	return true
+}
+
+// shutdown stops the receiver (S7): deliveries queued or waiting for a
+// retry are held for the official client's nack, running handlers finish
+// within the drain timeout and are then cancelled, and every goroutine the
+// receiver started exits.
+func (r *receiver) shutdown() {
+	close(r.stopping)
+	r.stopWatch()
+	// Take what waits in the lanes. A lane with a turn in the pool is
+	// settled by the turn's Drop below; one with a handler running, when
+	// the handler returns.
+	var fx effects
+	r.lanes.each(func(l *lane) { l.drain(&fx, outShutdown) })
+	for _, s := range fx.settle {
+		r.settle(s.j, s.out)
+	}
+	drain, cancel := context.WithTimeout(context.Background(), r.cfg.drainTimeout)
+	if r.pool.Stop(drain) != nil {
+		r.cancelHandlers()
+		_ = r.pool.Stop(context.Background())
+	}
+	cancel()
+	r.clock.wg.Wait()
+	r.obs.close()
+	if r.park != nil {
+		r.park.shutdown()
+	}
+}
+
+// flushAcks waits until the acks handed to the official client have been
+// sent, before its streams close: on an exactly-once subscription, until
+// the service has answered them (within the drain timeout); otherwise
+// until ackFlush has passed since the last one.
+func (r *receiver) flushAcks() {
+	if r.confirm != nil {
+		r.confirm.flush(r.cfg.drainTimeout)
+		return
+	}
+	since := time.Since(r.ending.born) - time.Duration(r.ending.lastAck.Load())
+	if r.ending.lastAck.Load() == 0 || since >= ackFlush {
+		return
+	}
+	t := time.NewTimer(ackFlush - since)
+	defer t.Stop()
+	<-t.C
+}
+
+// nackLeftovers nacks the deliveries held for the official client's nack,
+// once it has returned: it has nacked them on the service already, and
+// this keeps its books.
+func (r *receiver) nackLeftovers() {
+	e := &r.ending
+	e.mu.Lock()
+	e.closed = true
+	held := e.held
+	e.held = nil
+	e.mu.Unlock()
+	for _, m := range held {
+		m.Nack()
+	}
+}
