@@ -29,57 +29,9 @@ import (
 func BenchmarkReceive(b *testing.B) {
 	const keys, perKey = 200, 50
 	_, client := harness.Fake(b)
-	ctx := context.Background()
 
-	// backlog creates an ordered subscription holding keys*perKey messages.
-	backlog := func(b *testing.B) string {
-		return newBacklog(b, client, func(p *publisher.Publisher) {
-			for i := 0; i < perKey; i++ {
-				for k := 0; k < keys; k++ {
-					p.Publish(ctx, &publisher.Message{Data: []byte("payload")}, publisher.WithOrderingKey(fmt.Sprintf("customer-%d", k)))
-				}
-			}
-		})
-	}
-
-	// measure runs receive over a fresh backlog for each b.N round of
-	// keys*perKey messages and reports the rate.
-	measure := func(b *testing.B, receive func(ctx context.Context, sub string, handled func()) error) {
-		var total time.Duration
-		var msgs int
-		for b.Loop() {
-			b.StopTimer()
-			sub := backlog(b)
-			rctx, cancel := context.WithCancel(ctx)
-			var n atomic.Int64
-			all := make(chan struct{})
-			done := make(chan error, 1)
-			b.StartTimer()
-			start := time.Now()
-			go func() {
-				done <- receive(rctx, sub, func() {
-					if n.Add(1) == keys*perKey {
-						close(all)
-					}
-				})
-			}()
-			select {
-			case <-all:
-			case err := <-done:
-				b.Fatalf("Receive returned early: %v", err)
-			}
-			total += time.Since(start)
-			msgs += keys * perKey
-			b.StopTimer()
-			cancel()
-			if err := <-done; err != nil {
-				b.Fatal(err)
-			}
-			b.StartTimer()
-		}
-		b.ReportMetric(float64(msgs)/total.Seconds(), "msgs/s")
-		b.ReportMetric(0, "ns/op") // the round, not a message, is the op; msgs/s is the figure
-	}
+	backlog := keyedBacklog(client, keys, perKey)
+	measure := func(b *testing.B, receive receiveFunc) { measureReceive(b, keys*perKey, backlog, receive) }
 
 	unbounded := pubsub.DefaultReceiveSettings
 	unbounded.MaxOutstandingMessages = -1 // no flow control: the service's 1000-message window is lifted too
@@ -120,6 +72,118 @@ func BenchmarkReceive(b *testing.B) {
 						return err
 					}
 					return s.Receive(ctx, func(context.Context, *subscriber.Delivery) error {
+						handled()
+						return nil
+					})
+				})
+			})
+		}
+	}
+}
+
+// keyedBacklog returns a function that creates an ordered subscription
+// holding perKey messages of each of keys keys, published key after key in
+// turn.
+func keyedBacklog(client *pubsub.Client, keys, perKey int) func(b *testing.B) string {
+	return func(b *testing.B) string {
+		return newBacklog(b, client, func(p *publisher.Publisher) {
+			for i := 0; i < perKey; i++ {
+				for k := 0; k < keys; k++ {
+					p.Publish(context.Background(), &publisher.Message{Data: []byte("payload")}, publisher.WithOrderingKey(fmt.Sprintf("customer-%d", k)))
+				}
+			}
+		})
+	}
+}
+
+// receiveFunc receives sub until ctx ends, calling handled once per
+// message processed.
+type receiveFunc func(ctx context.Context, sub string, handled func()) error
+
+// measureReceive runs receive over a fresh backlog of n messages for each
+// round and reports the rate, from Receive's start to the n-th message
+// processed; the shutdown that follows is not timed.
+func measureReceive(b *testing.B, n int, backlog func(b *testing.B) string, receive receiveFunc) {
+	var total time.Duration
+	var msgs int
+	for b.Loop() {
+		b.StopTimer()
+		sub := backlog(b)
+		rctx, cancel := context.WithCancel(context.Background())
+		var count atomic.Int64
+		all := make(chan struct{})
+		done := make(chan error, 1)
+		b.StartTimer()
+		start := time.Now()
+		go func() {
+			done <- receive(rctx, sub, func() {
+				if count.Add(1) == int64(n) {
+					close(all)
+				}
+			})
+		}()
+		select {
+		case <-all:
+		case err := <-done:
+			b.Fatalf("Receive returned early: %v", err)
+		}
+		total += time.Since(start)
+		msgs += n
+		b.StopTimer()
+		cancel()
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(msgs)/total.Seconds(), "msgs/s")
+	b.ReportMetric(0, "ns/op") // the round, not a message, is the op; msgs/s is the figure
+}
+
+// BenchmarkHandlers compares keyorder's Receive with the official
+// client's, each at its default settings, for the two kinds of handler a
+// service has: one that waits on I/O for 5 ms (a database write, an HTTP
+// call) and one that computes for 200 µs. The backlog is 200 keys of 10
+// messages on an ordered subscription of the faithful fake, so that at
+// best a key's messages take 10 handler calls in a row. "keyorder-8" runs
+// keyorder with WithWorkers(8), the default before it followed
+// MaxOutstandingMessages.
+func BenchmarkHandlers(b *testing.B) {
+	const keys, perKey = 200, 10
+	_, client := harness.Fake(b)
+	backlog := keyedBacklog(client, keys, perKey)
+	rounds := cpuRounds(200 * time.Microsecond)
+	for _, kind := range []struct {
+		name string
+		work func()
+	}{
+		{"io", func() { time.Sleep(5 * time.Millisecond) }}, // the handler's wait on I/O
+		{"cpu", func() { burn(rounds) }},
+	} {
+		b.Run("official/"+kind.name, func(b *testing.B) {
+			measureReceive(b, keys*perKey, backlog, func(ctx context.Context, sub string, handled func()) error {
+				return client.Subscriber(sub).Receive(ctx, func(_ context.Context, m *pubsub.Message) {
+					kind.work()
+					m.Ack()
+					handled()
+				})
+			})
+		})
+		for _, side := range []struct {
+			name string
+			opts []subscriber.Option
+		}{
+			{"keyorder", nil},
+			{"keyorder-8", []subscriber.Option{subscriber.WithWorkers(8)}},
+		} {
+			b.Run(side.name+"/"+kind.name, func(b *testing.B) {
+				measureReceive(b, keys*perKey, backlog, func(ctx context.Context, sub string, handled func()) error {
+					s, err := subscriber.Open(ctx, client, sub, side.opts...)
+					if err != nil {
+						return err
+					}
+					return s.Receive(ctx, func(context.Context, *subscriber.Delivery) error {
+						kind.work()
 						handled()
 						return nil
 					})
