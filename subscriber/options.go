@@ -11,7 +11,10 @@ import (
 
 // Defaults of the options.
 const (
-	DefaultWorkers        = 8
+	// DefaultWorkers is the handler calls that run at once when neither
+	// WithWorkers nor the receive settings' MaxOutstandingMessages says:
+	// the official client's default for the latter.
+	DefaultWorkers        = 1000
 	DefaultPartitions     = 1 << 16
 	DefaultKeyBacklog     = 32
 	DefaultMaxAttempts    = 5
@@ -51,7 +54,6 @@ type config struct {
 
 func newConfig(opts []Option) (config, error) {
 	c := config{
-		workers:        DefaultWorkers,
 		partitions:     DefaultPartitions,
 		keyBacklog:     DefaultKeyBacklog,
 		maxAttempts:    DefaultMaxAttempts,
@@ -69,6 +71,9 @@ func newConfig(opts []Option) (config, error) {
 			return config{}, err
 		}
 	}
+	if c.workers == 0 {
+		c.workers = followOutstanding(c.receive.MaxOutstandingMessages)
+	}
 	return c, nil
 }
 
@@ -80,8 +85,20 @@ func invalid(format string, args ...any) error {
 // WithWorkers sets how many handler calls run at once (S9). Keys take
 // turns on them: a key with a delivery ready waits for a free worker,
 // oldest first, and a key waiting for a retry holds none. A slow handler
-// therefore holds one worker, not its neighbours. The default is
-// [DefaultWorkers]; n must be at least 1.
+// therefore holds one worker, not its neighbours. A worker is a goroutine
+// started when needed; an idle one costs its stack.
+//
+// The default follows the official client: the receive settings'
+// MaxOutstandingMessages ([WithReceiveSettings]), which is 1000 by default
+// ([DefaultWorkers] when it is 0 or sets no limit), so that every message
+// the service may hand over can be in a handler at once, as with the
+// official client's Receive. That suits handlers that wait on I/O (a
+// database write, an HTTP call), which most do: their calls overlap, and
+// the bound is the service's window, not the CPU. For handlers that keep a
+// CPU busy, more calls than cores only share the cores: n of about
+// runtime.GOMAXPROCS(0) to twice that does the same work with less
+// contention and memory. Order never depends on n: a key's messages run
+// one at a time whatever it is. n must be at least 1.
 func WithWorkers(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
@@ -90,6 +107,16 @@ func WithWorkers(n int) Option {
 		c.workers = n
 		return nil
 	}
+}
+
+// followOutstanding is the default of WithWorkers: the official client's
+// bound on messages outstanding, or DefaultWorkers when it has none (n <= 0:
+// 0 means its default, a negative n no limit).
+func followOutstanding(n int) int {
+	if n > 0 {
+		return n
+	}
+	return DefaultWorkers
 }
 
 // WithPartitions sets how many partitions keys are hashed to, with
