@@ -26,7 +26,9 @@ import (
 //
 // The messages of each key are sent in the order of their first Publish
 // calls, whatever their order in failed, so a tail retried in one call
-// keeps its order (P3). They are sent after every message of their key
+// keeps its order (P3). A Result that Retry returned keeps the place of
+// its message's first Publish call, so a message retried again, alone or
+// with others of its tail, does too. They are sent after every message of their key
 // published before Retry, including any published after the failure was
 // reported, which the key sent normally (P5): to keep a key's original
 // order, retry its failed tail before publishing the key again, and retry
@@ -59,7 +61,8 @@ func (p *Publisher) Retry(ctx context.Context, failed ...*Result) ([]*Result, er
 		p.restamp(&msgs[i])
 	}
 	// The messages of a key go in the order of their first Publish calls
-	// (P3): seq counts them in the key's shard.
+	// (P3): seq counts them in the key's shard, and a retried Result keeps
+	// its message's first seq.
 	order := make([]int, len(failed))
 	for i := range order {
 		order[i] = i
@@ -101,7 +104,7 @@ func (p *Publisher) Retry(ctx context.Context, failed ...*Result) ([]*Result, er
 	}
 	retried := make([]*Result, len(failed))
 	for _, i := range order {
-		r := &Result{msg: msgs[i], size: failed[i].size, room: p.flow != nil, start: p.rec.now()}
+		r := &Result{msg: msgs[i], size: failed[i].size, seq: failed[i].seq, room: p.flow != nil, start: p.rec.now()}
 		p.send(ctx, r)
 		retried[i] = r
 	}

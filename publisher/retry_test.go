@@ -143,6 +143,47 @@ func TestRetryAfterNewerMessages(t *testing.T) {
 	assert.Equal(t, []string{"K-0", "K-1", "K-8", "K-2", "K-3", "K-4", "K-5", "K-6", "K-7"}, e.storedData("K"))
 }
 
+// TestRetryKeepsFirstPublishOrderAcrossRetries checks that a Result keeps
+// the place of its first Publish call through its retries: k/1 is retried
+// alone and fails again, and its new Result, retried with k/2 in one call,
+// still goes before k/2 (P3).
+func TestRetryKeepsFirstPublishOrderAcrossRetries(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t)
+	ctx := testContext(t)
+	hold := e.srv.HoldPublish(orderingtest.Data("k/1"))
+	e.srv.FailPublish(orderingtest.Data("k/1"), codes.FailedPrecondition, 2)
+	p := e.newPublisher(t, []*orderingtest.Fault{hold}, publisher.WithPublishSettings(settings(1)))
+	pub := func(data string) *publisher.Result {
+		return p.Publish(ctx, &publisher.Message{Data: []byte(data)}, publisher.WithOrderingKey("k"))
+	}
+
+	// k/1 and k/2 fail together: k/2 waits behind k/1, which fails.
+	first := pub("k/1")
+	require.NoError(t, hold.Wait(ctx, 1))
+	second := pub("k/2")
+	hold.Remove()
+	for _, r := range []*publisher.Result{first, second} {
+		_, err := r.Get(ctx)
+		require.Error(t, err)
+	}
+
+	// k/1 is retried alone, and fails again.
+	again, err := p.Retry(ctx, first)
+	require.NoError(t, err)
+	_, err = again[0].Get(ctx)
+	require.Error(t, err)
+
+	// k/2 and the retried k/1 go in one call, k/2 first.
+	retried, err := p.Retry(ctx, second, again[0])
+	require.NoError(t, err)
+	for _, r := range retried {
+		_, err := r.Get(ctx)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, []string{"k/1", "k/2"}, e.storedData("k"))
+}
+
 // TestRetryRefusesAndSendsNothing checks that Retry sends nothing when one
 // of its Results cannot be retried, and that the others stay retryable.
 func TestRetryRefusesAndSendsNothing(t *testing.T) {
