@@ -59,8 +59,9 @@ var ErrAttributeNotUTF8 = errors.New("attribute is not valid UTF-8")
 
 // ErrStampAttribute is returned by [Publisher.Publish] for a message the
 // publisher stamps (a keyed message, unless [WithoutStamps]) whose headers
-// already name a stamp attribute, [ordering.ProducerAttribute] or
-// [ordering.SeqAttribute]: the stamp is the publisher's to set.
+// already name a stamp attribute, [ordering.StampAttribute], or
+// [ordering.ProducerAttribute] or [ordering.SeqAttribute] of the older
+// form: the stamp is the publisher's to set.
 var ErrStampAttribute = errors.New("header is a stamp attribute")
 
 // ValidationError reports a message rejected by [Publisher.Publish] before

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -59,8 +58,8 @@ const (
 )
 
 // WithoutStamps turns stamping off: messages are published without the
-// [ordering.ProducerAttribute] and [ordering.SeqAttribute] attributes, and
-// a caller may set them itself. The default stamps every keyed message.
+// [ordering.StampAttribute] attribute, and a caller may set it itself. The
+// default stamps every keyed message.
 func WithoutStamps() Option {
 	return func(c *config) error {
 		c.noStamps = true
@@ -165,7 +164,7 @@ func (s *stamper) newCounter() counter {
 }
 
 // stamp writes the key's next number and its producer into r's attributes,
-// a map of r's own with room for them. The gate's mutex is held: numbers
+// a map of r's own with room for the stamp's attribute. The gate's mutex is held: numbers
 // are given in the order the official client takes the messages (P3).
 func (p *Publisher) stamp(ks *keyState, r *Result) {
 	c := &ks.counter
@@ -173,18 +172,18 @@ func (p *Publisher) stamp(ks *keyState, r *Result) {
 		*c = p.stamps.newCounter()
 	}
 	c.n++
-	r.msg.Attributes[ordering.ProducerAttribute] = c.producer
-	r.msg.Attributes[ordering.SeqAttribute] = strconv.FormatUint(ordering.MakeSeq(c.epoch, c.n), 10)
+	ordering.Stamp{Producer: c.producer, Seq: ordering.MakeSeq(c.epoch, c.n)}.Put(r.msg.Attributes)
 }
 
 // stamped reports whether a message of key is stamped.
 func (p *Publisher) stamped(key string) bool { return p.stamps != nil && key != "" }
 
 // checkStampable returns a *ValidationError if attrs, the attributes of a
-// message p stamps, already hold a stamp attribute: the stamp is the
-// publisher's to set.
+// message p stamps, already hold a stamp attribute, of either form: the
+// stamp is the publisher's to set, and a message with both forms would
+// count as unstamped.
 func checkStampable(key string, attrs map[string]string) error {
-	for _, a := range [...]string{ordering.ProducerAttribute, ordering.SeqAttribute} {
+	for _, a := range [...]string{ordering.StampAttribute, ordering.ProducerAttribute, ordering.SeqAttribute} {
 		if _, ok := attrs[a]; ok {
 			return &ValidationError{Key: truncate(key), Err: ErrStampAttribute, Detail: fmt.Sprintf("header %q", a)}
 		}

@@ -165,6 +165,7 @@ func TestStampCountsAgainstLimits(t *testing.T) {
 		{"without stamps", plain, "k", headers(publisher.MaxAttributes), nil},
 		{"producer header", stamped, "k", map[string]string{ordering.ProducerAttribute: "mine"}, publisher.ErrStampAttribute},
 		{"seq header", stamped, "k", map[string]string{ordering.SeqAttribute: "1"}, publisher.ErrStampAttribute},
+		{"stamp header", stamped, "k", map[string]string{ordering.StampAttribute: "0.1@mine"}, publisher.ErrStampAttribute},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			data := "limits/" + tc.name
