@@ -11,8 +11,8 @@ import (
 var ErrClosed = errors.New("keyorder/publisher: publisher is closed")
 
 // ErrInvalidConfig is returned by [New], wrapped with what is wrong, for a
-// nil client, a topic ID or name the service would refuse (see [New]), or
-// an [Option] out of its documented range. An invalid default key also matches the [ordering] sentinel that
+// nil client, a topic ID or name the service would refuse (see [New]), a
+// nil [Option], or an Option out of its documented range. An invalid default key also matches the [ordering] sentinel that
 // names the broken rule, such as [ordering.ErrKeyTooLong].
 var ErrInvalidConfig = errors.New("invalid publisher configuration")
 

@@ -80,7 +80,10 @@ func New(client *pubsub.Client, topicID string, opts ...Option) (*Publisher, err
 		return nil, fmt.Errorf("keyorder/publisher: %w: %w", ErrInvalidConfig, err)
 	}
 	cfg := config{settings: pubsub.DefaultPublishSettings}
-	for _, opt := range opts {
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("keyorder/publisher: %w: option %d is nil", ErrInvalidConfig, i)
+		}
 		if err := opt(&cfg); err != nil {
 			return nil, err
 		}

@@ -148,6 +148,7 @@ func TestNewRejectsBadConfiguration(t *testing.T) {
 		{"goog topic", e.client, "goog-topic", nil, nil},
 		{"full name of a subscription", e.client, "projects/p/subscriptions/topic", nil, nil},
 		{"full name without project", e.client, "projects//topics/topic", nil, nil},
+		{"nil option", e.client, "topic", []publisher.Option{publisher.WithoutStamps(), nil}, nil},
 		{"default key too long", e.client, "topic", []publisher.Option{publisher.WithDefaultOrderingKey(string(make([]byte, 1025)))}, ordering.ErrKeyTooLong},
 		{"default key not utf8", e.client, "topic", []publisher.Option{publisher.WithDefaultOrderingKey("\xff")}, ordering.ErrKeyNotUTF8},
 		{"hedging", e.client, "topic", with(func(s *pubsub.PublishSettings) { s.HedgingSettings = &pubsub.HedgingSettings{} }), nil},
