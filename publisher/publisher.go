@@ -74,15 +74,15 @@ type Publisher struct {
 // The caller keeps ownership of client and closes it after [Publisher.Close].
 func New(client *pubsub.Client, topicID string, opts ...Option) (*Publisher, error) {
 	if client == nil {
-		return nil, fmt.Errorf("keyorder/publisher: %w: nil client", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: nil client", ErrInvalidConfig)
 	}
 	if err := resource.Topic(topicID); err != nil {
-		return nil, fmt.Errorf("keyorder/publisher: %w: %w", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	cfg := config{settings: pubsub.DefaultPublishSettings}
 	for i, opt := range opts {
 		if opt == nil {
-			return nil, fmt.Errorf("keyorder/publisher: %w: option %d is nil", ErrInvalidConfig, i)
+			return nil, fmt.Errorf("%w: option %d is nil", ErrInvalidConfig, i)
 		}
 		if err := opt(&cfg); err != nil {
 			return nil, err

@@ -165,7 +165,7 @@ func TestNewRejectsBadConfiguration(t *testing.T) {
 			p, err := publisher.New(tt.client, tt.topic, tt.opts...)
 			require.ErrorIs(t, err, publisher.ErrInvalidConfig)
 			assert.Nil(t, p)
-			assert.True(t, strings.HasPrefix(err.Error(), "keyorder/publisher: invalid publisher configuration: "), err.Error())
+			assert.True(t, strings.HasPrefix(err.Error(), "keyorder/publisher: invalid configuration: "), err.Error())
 			if tt.is != nil {
 				assert.ErrorIs(t, err, tt.is)
 			}

@@ -50,12 +50,12 @@ import (
 func (p *Publisher) Retry(ctx context.Context, failed ...*Result) ([]*Result, error) {
 	msgs := make([]pubsub.Message, len(failed))
 	for i, r := range failed {
-		m, err := r.take()
+		m, err := r.take(i)
 		if err != nil {
 			for _, t := range failed[:i] {
 				t.untake()
 			}
-			return nil, fmt.Errorf("keyorder/publisher: Retry: result %d: %w", i, err)
+			return nil, err
 		}
 		msgs[i] = m
 		p.restamp(&msgs[i])
@@ -114,24 +114,27 @@ func (p *Publisher) Retry(ctx context.Context, failed ...*Result) ([]*Result, er
 	return retried, nil
 }
 
-// take returns r's message for Retry and marks it taken, or an error
-// matching ErrNotRetryable.
-func (r *Result) take() (pubsub.Message, error) {
+// take returns the message of r, Retry's failed[i], and marks it taken,
+// or returns an error matching ErrNotRetryable.
+func (r *Result) take(i int) (pubsub.Message, error) {
 	if r == nil {
-		return pubsub.Message{}, fmt.Errorf("%w: nil Result", ErrNotRetryable)
+		return pubsub.Message{}, fmt.Errorf("%w: failed[%d] is nil", ErrNotRetryable, i)
 	}
 	if !r.isReady() {
-		return pubsub.Message{}, fmt.Errorf("%w: not ready", ErrNotRetryable)
+		return pubsub.Message{}, fmt.Errorf("%w: failed[%d] is not ready", ErrNotRetryable, i)
 	}
 	_, err := r.Get(context.Background())
 	var pe *PublishError
-	if !errors.As(err, &pe) {
-		return pubsub.Message{}, fmt.Errorf("%w: did not fail with a *PublishError, but with %v", ErrNotRetryable, err)
+	switch {
+	case err == nil:
+		return pubsub.Message{}, fmt.Errorf("%w: failed[%d] was published", ErrNotRetryable, i)
+	case !errors.As(err, &pe):
+		return pubsub.Message{}, fmt.Errorf("%w: failed[%d] failed with %v, not a *PublishError", ErrNotRetryable, i, err)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.taken {
-		return pubsub.Message{}, fmt.Errorf("%w: retried already", ErrNotRetryable)
+		return pubsub.Message{}, fmt.Errorf("%w: failed[%d] was retried already, or is given twice", ErrNotRetryable, i)
 	}
 	r.taken = true
 	return r.msg, nil

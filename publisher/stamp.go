@@ -86,11 +86,11 @@ func WithProducerID(id string) Option {
 	return func(c *config) error {
 		switch {
 		case id == "":
-			return fmt.Errorf("keyorder/publisher: %w: WithProducerID: empty ID", ErrInvalidConfig)
+			return fmt.Errorf("%w: WithProducerID: empty ID", ErrInvalidConfig)
 		case len(id) > MaxProducerIDBytes:
-			return fmt.Errorf("keyorder/publisher: %w: WithProducerID: %d bytes, limit %d", ErrInvalidConfig, len(id), MaxProducerIDBytes)
+			return fmt.Errorf("%w: WithProducerID: %d bytes, limit %d", ErrInvalidConfig, len(id), MaxProducerIDBytes)
 		case !utf8.ValidString(id):
-			return fmt.Errorf("keyorder/publisher: %w: WithProducerID: %q is not valid UTF-8", ErrInvalidConfig, id)
+			return fmt.Errorf("%w: WithProducerID: %q is not valid UTF-8", ErrInvalidConfig, id)
 		}
 		c.producerID = id
 		return nil
