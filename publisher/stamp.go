@@ -39,9 +39,17 @@ import (
 //     again.
 
 // MaxProducerIDBytes is the longest ID [WithProducerID] takes: the stamp's
-// producer ID, the ID followed by "#" and an incarnation of
-// incarnationBytes, must fit [ordering.MaxProducerBytes].
-const MaxProducerIDBytes = ordering.MaxProducerBytes - 1 - incarnationBytes
+// producer ID, the ID followed by "#" and an incarnation of 26 characters,
+// must fit [ordering.MaxProducerBytes].
+const MaxProducerIDBytes = 101
+
+// MaxProducerIDBytes is a literal, so that its documentation reads as a
+// number; these fail to compile if it no longer leaves room for "#" and
+// an incarnation within a stamp's producer ID.
+var (
+	_ [MaxProducerIDBytes + 1 + incarnationBytes - ordering.MaxProducerBytes]struct{}
+	_ [ordering.MaxProducerBytes - MaxProducerIDBytes - 1 - incarnationBytes]struct{}
+)
 
 const (
 	// incarnationBytes is the length of a random producer ID or
