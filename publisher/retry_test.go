@@ -62,6 +62,16 @@ func (e fakeEnv) newPublisher(t testing.TB, faults []*orderingtest.Fault, opts .
 	return p
 }
 
+// holdThenFail holds the Publish requests that carry the message data on
+// e's server until the returned fault is removed, and fails the first
+// fails of them with FailedPrecondition, a code the official client does
+// not retry.
+func (e fakeEnv) holdThenFail(data string, fails int) *orderingtest.Fault {
+	hold := e.srv.HoldPublish(orderingtest.Data(data))
+	e.srv.FailPublish(orderingtest.Data(data), codes.FailedPrecondition, fails)
+	return hold
+}
+
 // failTail publishes K-0..K-7 on p, one per batch, and makes K-2 fail
 // while K-3..K-7 wait behind it: it returns K-2's Result and its tail's.
 func failTail(t *testing.T, ctx context.Context, e fakeEnv, p *publisher.Publisher, hold *orderingtest.Fault) (failing *publisher.Result, tail []*publisher.Result) {
@@ -93,8 +103,7 @@ func TestRetryFailedTail(t *testing.T) {
 	t.Parallel()
 	e := newFakeEnv(t)
 	ctx := testContext(t)
-	hold := e.srv.HoldPublish(orderingtest.Data("K-2"))
-	e.srv.FailPublish(orderingtest.Data("K-2"), codes.FailedPrecondition, 1)
+	hold := e.holdThenFail("K-2", 1)
 	p := e.newPublisher(t, []*orderingtest.Fault{hold}, publisher.WithPublishSettings(settings(1)))
 
 	failing, tail := failTail(t, ctx, e, p, hold)
@@ -127,8 +136,7 @@ func TestRetryAfterNewerMessages(t *testing.T) {
 	t.Parallel()
 	e := newFakeEnv(t)
 	ctx := testContext(t)
-	hold := e.srv.HoldPublish(orderingtest.Data("K-2"))
-	e.srv.FailPublish(orderingtest.Data("K-2"), codes.FailedPrecondition, 1)
+	hold := e.holdThenFail("K-2", 1)
 	p := e.newPublisher(t, []*orderingtest.Fault{hold}, publisher.WithPublishSettings(settings(1)))
 
 	failing, tail := failTail(t, ctx, e, p, hold)
@@ -151,8 +159,7 @@ func TestRetryKeepsFirstPublishOrderAcrossRetries(t *testing.T) {
 	t.Parallel()
 	e := newFakeEnv(t)
 	ctx := testContext(t)
-	hold := e.srv.HoldPublish(orderingtest.Data("k/1"))
-	e.srv.FailPublish(orderingtest.Data("k/1"), codes.FailedPrecondition, 2)
+	hold := e.holdThenFail("k/1", 2)
 	p := e.newPublisher(t, []*orderingtest.Fault{hold}, publisher.WithPublishSettings(settings(1)))
 	pub := func(data string) *publisher.Result {
 		return p.Publish(ctx, &publisher.Message{Data: []byte(data)}, publisher.WithOrderingKey("k"))
@@ -242,8 +249,7 @@ func TestRetryTakesOverRoom(t *testing.T) {
 	// The first message is large enough to be sent alone at once; the
 	// tail's small messages wait for the delay threshold, or a flush.
 	first := "K-0 " + strings.Repeat("x", 1000)
-	hold := e.srv.HoldPublish(orderingtest.Data(first))
-	e.srv.FailPublish(orderingtest.Data(first), codes.FailedPrecondition, 1)
+	hold := e.holdThenFail(first, 1)
 	s := slowBatches(100)
 	s.ByteThreshold = 1000
 	s.FlowControlSettings = pubsub.FlowControlSettings{MaxOutstandingMessages: 6, LimitExceededBehavior: pubsub.FlowControlSignalError}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc/codes"
 
 	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/ordering"
@@ -227,8 +226,7 @@ func TestRetryRestamps(t *testing.T) {
 	t.Parallel()
 	e := newFakeEnv(t)
 	ctx := testContext(t)
-	hold := e.srv.HoldPublish(orderingtest.Data("K-2"))
-	e.srv.FailPublish(orderingtest.Data("K-2"), codes.FailedPrecondition, 1)
+	hold := e.holdThenFail("K-2", 1)
 	p := e.newPublisher(t, []*orderingtest.Fault{hold}, publisher.WithPublishSettings(settings(1)))
 
 	failing, tail := failTail(t, ctx, e, p, hold)
