@@ -38,3 +38,4 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzValidate -fuzztime=20s ./ordering
 	$(GO) test -run='^$$' -fuzz=FuzzPartition -fuzztime=20s ./ordering
 	$(GO) test -run='^$$' -fuzz=FuzzParseStamp -fuzztime=20s ./ordering
+	$(GO) test -run='^$$' -fuzz=FuzzTopic -fuzztime=20s ./internal/resource

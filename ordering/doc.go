@@ -26,11 +26,14 @@
 // # Stamps
 //
 // A keyed message may carry a [Stamp]: its producer's ID and its number in
-// that producer's sequence for the key, as the attributes
-// [ProducerAttribute] and [SeqAttribute]. A subscriber uses it to tell a
-// copy of a message stored twice under two message IDs from a new one, and
-// to see numbers that never arrived. [Stamp.Put] writes a stamp,
-// [ParseStamp] reads it, and [Stamp.Size] is its cost in bytes against the
-// service's limits. A producer that counts a key afresh starts a new epoch
-// of its numbers, so that none is reused: [MakeSeq] and [SplitSeq].
+// that producer's sequence for the key, as the one attribute
+// [StampAttribute] ("3.42@orders-api#k3j..."), or, as keyorder wrote it
+// before, the two attributes [ProducerAttribute] and [SeqAttribute]. A
+// subscriber uses it to tell a copy of a message stored twice under two
+// message IDs from a new one, and to see numbers that never arrived.
+// [Stamp.Put] writes a stamp, [ParseStamp] reads it in either form,
+// [DeleteStamp] takes it out of a message's attributes, and [Stamp.Size]
+// is its cost in bytes against the service's limits. A producer that
+// counts a key afresh starts a new epoch of its numbers, so that none is
+// reused: [MakeSeq], [SplitSeq] and [FormatSeq].
 package ordering

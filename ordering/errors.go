@@ -12,5 +12,6 @@ var ErrKeyNotUTF8 = errors.New("ordering key is not valid UTF-8")
 
 // ErrBadStamp is returned by [ParseStamp] and [Stamp.Validate] for a stamp
 // that is incomplete or malformed: a producer ID or a sequence number out
-// of its documented form.
+// of its documented form, or a message that carries a stamp in both its
+// forms.
 var ErrBadStamp = errors.New("bad stamp")

@@ -43,20 +43,25 @@ func ExamplePartition() {
 
 func ExampleParseStamp() {
 	attrs := map[string]string{"source": "checkout"}
-	ordering.Stamp{Producer: "checkout-1", Seq: 42}.Put(attrs)
-	fmt.Println(attrs[ordering.ProducerAttribute], attrs[ordering.SeqAttribute])
+	ordering.Stamp{Producer: "checkout-1", Seq: ordering.MakeSeq(3, 42)}.Put(attrs)
+	fmt.Println(attrs[ordering.StampAttribute])
 
 	s, err := ordering.ParseStamp(attrs)
-	fmt.Println(s.Producer, s.Seq, err)
+	fmt.Println(s.Producer, ordering.FormatSeq(s.Seq), err)
+
+	// The older form, two attributes, is still read.
+	s, err = ordering.ParseStamp(map[string]string{ordering.ProducerAttribute: "checkout-1", ordering.SeqAttribute: "42"})
+	fmt.Println(s.Producer, ordering.FormatSeq(s.Seq), err)
 
 	s, err = ordering.ParseStamp(map[string]string{"source": "checkout"})
 	fmt.Println(s.IsZero(), err) // not stamped
 
-	_, err = ordering.ParseStamp(map[string]string{ordering.SeqAttribute: "042"})
+	_, err = ordering.ParseStamp(map[string]string{ordering.StampAttribute: "3.042@checkout-1"})
 	fmt.Println(errors.Is(err, ordering.ErrBadStamp))
 	// Output:
-	// checkout-1 42
-	// checkout-1 42 <nil>
+	// 3.42@checkout-1
+	// checkout-1 3.42 <nil>
+	// checkout-1 0.42 <nil>
 	// true <nil>
 	// true
 }

@@ -89,7 +89,7 @@ func BenchmarkPublishBatches(b *testing.B) {
 	})
 
 	// The official client with a stamp made by hand, as a caller without
-	// keyorder would: what the two attributes cost the client and the
+	// keyorder would: what the stamp's attribute costs the client and the
 	// server alone.
 	b.Run("official-stamped", func(b *testing.B) {
 		pub := e.client.Publisher(e.topic)

@@ -41,6 +41,17 @@
 // Invalid messages fail with a [*ValidationError] before anything is sent,
 // and do not affect their key (P6).
 //
+// # Regions
+//
+// The service keeps a key's order only among the messages published to
+// one region: two publishers of a key whose requests reach two regions
+// (the global endpoint routes each client to a region near it) may have
+// their messages stored and delivered in either order, whatever keyorder
+// does. Publish each key from one region: run its publishers there, or
+// pin their clients to one region's locational endpoint, with
+// option.WithEndpoint("<region>-pubsub.googleapis.com:443") (see the
+// example of [New]). Subscribers may connect to any region.
+//
 // # Stamps
 //
 // Every keyed message carries two attributes, its producer's ID and its

@@ -6,62 +6,68 @@ import (
 	"strings"
 )
 
+// prefix starts the text of every error of this package, as "keyorder/"
+// and the package's name: a reader of a log can tell where it came from.
+// The sentinels carry it, so an error that wraps one does not repeat it.
+const prefix = "keyorder/publisher: "
+
 // ErrClosed is returned by [Publisher.Publish] once [Publisher.Close] has
 // been called. The message was not sent.
-var ErrClosed = errors.New("keyorder/publisher: publisher is closed")
+var ErrClosed = errors.New(prefix + "publisher is closed")
 
 // ErrInvalidConfig is returned by [New], wrapped with what is wrong, for a
-// nil client, an empty topic ID, or an [Option] out of its documented
-// range. An invalid default key also matches the [ordering] sentinel that
+// nil client, a topic ID or name the service would refuse (see [New]), a
+// nil [Option], or an Option out of its documented range. An invalid default key also matches the [ordering] sentinel that
 // names the broken rule, such as [ordering.ErrKeyTooLong].
-var ErrInvalidConfig = errors.New("invalid publisher configuration")
+var ErrInvalidConfig = errors.New(prefix + "invalid configuration")
 
 // ErrNotRetryable is returned by [Publisher.Retry], wrapped with which
 // Result and why, for a Result that has not failed with a [*PublishError],
 // was retried already, or is given twice. Retry then sends nothing.
-var ErrNotRetryable = errors.New("result cannot be retried")
+var ErrNotRetryable = errors.New(prefix + "result cannot be retried")
 
 // ErrNilMessage is returned by [Publisher.Publish] for a nil *Message.
-var ErrNilMessage = errors.New("nil message")
+var ErrNilMessage = errors.New(prefix + "nil message")
 
 // ErrEmptyMessage is returned by [Publisher.Publish] for a message with
 // neither data nor attributes. The service rejects such messages; the
 // ordering key does not count, as it is not an attribute (P2).
-var ErrEmptyMessage = errors.New("message has neither data nor attributes")
+var ErrEmptyMessage = errors.New(prefix + "message has neither data nor attributes")
 
 // ErrMessageTooLarge is returned by [Publisher.Publish] for a message whose
 // encoding, with the framing of a Publish request, exceeds the service's
 // 10 MB request limit (pubsub.MaxPublishRequestBytes).
-var ErrMessageTooLarge = errors.New("message too large")
+var ErrMessageTooLarge = errors.New(prefix + "message too large")
 
 // ErrTooManyAttributes is returned by [Publisher.Publish] for a message
 // with more than [MaxAttributes] attributes. The [ordering.Header] header
 // is not counted, as it does not become an attribute.
-var ErrTooManyAttributes = errors.New("too many attributes")
+var ErrTooManyAttributes = errors.New(prefix + "too many attributes")
 
 // ErrAttributeKeyTooLong is returned by [Publisher.Publish] for an
 // attribute key longer than [MaxAttributeKeyBytes] bytes.
-var ErrAttributeKeyTooLong = errors.New("attribute key too long")
+var ErrAttributeKeyTooLong = errors.New(prefix + "attribute key too long")
 
 // ErrAttributeValueTooLong is returned by [Publisher.Publish] for an
 // attribute value longer than [MaxAttributeValueBytes] bytes.
-var ErrAttributeValueTooLong = errors.New("attribute value too long")
+var ErrAttributeValueTooLong = errors.New(prefix + "attribute value too long")
 
 // ErrReservedAttribute is returned by [Publisher.Publish] for an attribute
 // key that starts with "goog", a prefix the service reserves.
-var ErrReservedAttribute = errors.New(`attribute key has the reserved "goog" prefix`)
+var ErrReservedAttribute = errors.New(prefix + `attribute key has the reserved "goog" prefix`)
 
 // ErrAttributeNotUTF8 is returned by [Publisher.Publish] for an attribute
 // key or value that is not valid UTF-8. Attributes are protobuf strings:
 // such a message could not even be encoded, and its failure would stop
 // every later message of its key (P4).
-var ErrAttributeNotUTF8 = errors.New("attribute is not valid UTF-8")
+var ErrAttributeNotUTF8 = errors.New(prefix + "attribute is not valid UTF-8")
 
 // ErrStampAttribute is returned by [Publisher.Publish] for a message the
 // publisher stamps (a keyed message, unless [WithoutStamps]) whose headers
-// already name a stamp attribute, [ordering.ProducerAttribute] or
-// [ordering.SeqAttribute]: the stamp is the publisher's to set.
-var ErrStampAttribute = errors.New("header is a stamp attribute")
+// already name a stamp attribute, [ordering.StampAttribute], or
+// [ordering.ProducerAttribute] or [ordering.SeqAttribute] of the older
+// form: the stamp is the publisher's to set.
+var ErrStampAttribute = errors.New(prefix + "header is a stamp attribute")
 
 // ValidationError reports a message rejected by [Publisher.Publish] before
 // anything was sent (P6). Rejection does not pause the message's key: the
@@ -82,12 +88,14 @@ type ValidationError struct {
 
 func (e *ValidationError) Error() string {
 	var b strings.Builder
-	b.WriteString("keyorder/publisher: invalid message")
+	b.WriteString(prefix + "invalid message")
 	if e.Key != "" {
 		fmt.Fprintf(&b, " (ordering key %q)", e.Key)
 	}
 	b.WriteString(": ")
-	b.WriteString(e.Err.Error())
+	// Err is this package's sentinel, whose prefix is said already, or
+	// one of package ordering's.
+	b.WriteString(strings.TrimPrefix(e.Err.Error(), prefix))
 	if e.Detail != "" {
 		b.WriteString(": ")
 		b.WriteString(e.Detail)
@@ -125,11 +133,11 @@ type PublishError struct {
 func (e *PublishError) Error() string {
 	switch {
 	case e.Key == "":
-		return fmt.Sprintf("keyorder/publisher: publish failed: %v", e.Err)
+		return fmt.Sprintf(prefix+"publish failed: %v", e.Err)
 	case e.Skipped:
-		return fmt.Sprintf("keyorder/publisher: failed with an earlier message of ordering key %q: %v", e.Key, e.Err)
+		return fmt.Sprintf(prefix+"failed with an earlier message of ordering key %q: %v", e.Key, e.Err)
 	default:
-		return fmt.Sprintf("keyorder/publisher: publish failed on ordering key %q: %v", e.Key, e.Err)
+		return fmt.Sprintf(prefix+"publish failed on ordering key %q: %v", e.Key, e.Err)
 	}
 }
 

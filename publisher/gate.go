@@ -25,7 +25,7 @@ type shard struct {
 	mu   sync.Mutex
 	keys map[string]*keyState // keys with messages outstanding; guarded by mu
 	peak int                  // largest len(keys) since keys was made; guarded by mu
-	seq  uint64               // messages enqueued so far, for Result.seq; guarded by mu
+	seq  uint64               // Publish calls of its keys so far, for Result.seq; guarded by mu
 	// counters keeps the counters of idle keys (stamp.go); guarded by mu.
 	counters counters
 }
@@ -105,8 +105,11 @@ func (p *Publisher) enqueue(ctx context.Context, r *Result) {
 		p.watchers.Add(1)
 		go p.watch(sh, key, ks)
 	}
-	sh.seq++
-	r.seq = sh.seq
+	if r.seq == 0 {
+		// A retried message keeps the place of its first Publish call.
+		sh.seq++
+		r.seq = sh.seq
+	}
 	ks.mu.Lock()
 	sh.mu.Unlock()
 	defer ks.mu.Unlock()

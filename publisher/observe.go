@@ -23,7 +23,7 @@ import (
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *config) error {
 		if mp == nil {
-			return fmt.Errorf("keyorder/publisher: %w: WithMeterProvider(nil): leave the option out for the global provider", ErrInvalidConfig)
+			return fmt.Errorf("%w: WithMeterProvider(nil): leave the option out for the global provider", ErrInvalidConfig)
 		}
 		c.meterProvider = mp
 		return nil
@@ -40,7 +40,7 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {
-			return fmt.Errorf("keyorder/publisher: %w: WithLogger(nil): use slog.New(slog.DiscardHandler) to log nothing", ErrInvalidConfig)
+			return fmt.Errorf("%w: WithLogger(nil): use slog.New(slog.DiscardHandler) to log nothing", ErrInvalidConfig)
 		}
 		c.logger = l
 		return nil

@@ -73,8 +73,7 @@ func TestObservability(t *testing.T) {
 		}
 	}})
 
-	hold := e.srv.HoldPublish(orderingtest.Data("K-2"))
-	e.srv.FailPublish(orderingtest.Data("K-2"), codes.FailedPrecondition, 1)
+	hold := e.holdThenFail("K-2", 1)
 	p := e.newPublisher(t, []*orderingtest.Fault{hold}, publisher.WithPublishSettings(settings(1)),
 		publisher.WithMeterProvider(m), publisher.WithLogger(logger))
 

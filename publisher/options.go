@@ -42,7 +42,7 @@ type config struct {
 func WithDefaultOrderingKey(key string) Option {
 	return func(c *config) error {
 		if err := ordering.Validate(key); err != nil {
-			return fmt.Errorf("keyorder/publisher: %w: WithDefaultOrderingKey: %w", ErrInvalidConfig, err)
+			return fmt.Errorf("%w: WithDefaultOrderingKey: %w", ErrInvalidConfig, err)
 		}
 		c.defaultKey = key
 		return nil
@@ -73,11 +73,11 @@ func WithDefaultOrderingKey(key string) Option {
 func WithPublishSettings(s pubsub.PublishSettings) Option {
 	return func(c *config) error {
 		invalid := func(what string, v any) error {
-			return fmt.Errorf("keyorder/publisher: %w: WithPublishSettings: %s %v is negative", ErrInvalidConfig, what, v)
+			return fmt.Errorf("%w: WithPublishSettings: %s %v is negative", ErrInvalidConfig, what, v)
 		}
 		switch {
 		case s.HedgingSettings != nil:
-			return fmt.Errorf("keyorder/publisher: %w: WithPublishSettings: hedging cannot be used with ordering keys", ErrInvalidConfig)
+			return fmt.Errorf("%w: WithPublishSettings: hedging cannot be used with ordering keys", ErrInvalidConfig)
 		case s.CountThreshold < 0:
 			return invalid("CountThreshold", s.CountThreshold)
 		case s.ByteThreshold < 0:
@@ -92,7 +92,7 @@ func WithPublishSettings(s pubsub.PublishSettings) Option {
 		switch b := s.FlowControlSettings.LimitExceededBehavior; b {
 		case pubsub.FlowControlIgnore, pubsub.FlowControlBlock, pubsub.FlowControlSignalError:
 		default:
-			return fmt.Errorf("keyorder/publisher: %w: WithPublishSettings: unknown LimitExceededBehavior %d", ErrInvalidConfig, b)
+			return fmt.Errorf("%w: WithPublishSettings: unknown LimitExceededBehavior %d", ErrInvalidConfig, b)
 		}
 		s.CountThreshold = min(s.CountThreshold, pubsub.MaxPublishRequestCount)
 		c.settings = s

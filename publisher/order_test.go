@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/keyorder/keyorder/ordering"
 	"github.com/keyorder/keyorder/publisher"
 )
 
@@ -347,5 +348,50 @@ func TestErrorMessages(t *testing.T) {
 	assert.Equal(t, `keyorder/publisher: failed with an earlier message of ordering key "k": boom`, (&publisher.PublishError{Key: "k", Err: cause, Skipped: true}).Error())
 	assert.Equal(t, `keyorder/publisher: publish failed: boom`, (&publisher.PublishError{Err: cause}).Error())
 	ve := &publisher.ValidationError{Key: "k", Err: publisher.ErrEmptyMessage}
-	assert.True(t, strings.HasPrefix(ve.Error(), `keyorder/publisher: invalid message (ordering key "k"): message has neither`), ve.Error())
+	assert.Equal(t, `keyorder/publisher: invalid message (ordering key "k"): message has neither data nor attributes`, ve.Error())
+	ve = &publisher.ValidationError{Key: "k", Err: publisher.ErrAttributeKeyTooLong, Detail: "key \"x\""}
+	assert.Equal(t, `keyorder/publisher: invalid message (ordering key "k"): attribute key too long: key "x"`, ve.Error())
+	ve = &publisher.ValidationError{Key: "k", Err: ordering.ErrKeyNotUTF8}
+	assert.Equal(t, `keyorder/publisher: invalid message (ordering key "k"): ordering key is not valid UTF-8`, ve.Error())
+}
+
+// TestSentinelsArePrefixed checks that every sentinel error names the
+// package once, as do the errors that wrap one.
+func TestSentinelsArePrefixed(t *testing.T) {
+	t.Parallel()
+	const prefix = "keyorder/publisher: "
+	sentinels := []error{
+		publisher.ErrClosed, publisher.ErrInvalidConfig, publisher.ErrNotRetryable,
+		publisher.ErrNilMessage, publisher.ErrEmptyMessage, publisher.ErrMessageTooLarge,
+		publisher.ErrTooManyAttributes, publisher.ErrAttributeKeyTooLong, publisher.ErrAttributeValueTooLong,
+		publisher.ErrReservedAttribute, publisher.ErrAttributeNotUTF8, publisher.ErrStampAttribute,
+	}
+	for _, err := range sentinels {
+		assert.True(t, strings.HasPrefix(err.Error(), prefix), "%q", err)
+		assert.Equal(t, 1, strings.Count(err.Error(), "keyorder/"), "%q", err)
+	}
+
+	// Errors that wrap them, from New, Publish and Retry.
+	e := newEnv(t)
+	ctx := testContext(t)
+	_, err := publisher.New(e.client, "t")
+	require.ErrorIs(t, err, publisher.ErrInvalidConfig)
+	wrapped := []error{err}
+	_, err = publisher.New(e.client, e.topic, publisher.WithProducerID(""))
+	require.ErrorIs(t, err, publisher.ErrInvalidConfig)
+	wrapped = append(wrapped, err)
+	p := e.newPublisher(t)
+	_, err = p.Publish(ctx, &publisher.Message{Data: []byte("x"), Headers: map[string]string{"goog-x": "1"}}).Get(ctx)
+	require.ErrorIs(t, err, publisher.ErrReservedAttribute)
+	wrapped = append(wrapped, err)
+	ok := p.Publish(ctx, &publisher.Message{Data: []byte("x")})
+	_, err = ok.Get(ctx)
+	require.NoError(t, err)
+	_, err = p.Retry(ctx, ok)
+	require.ErrorIs(t, err, publisher.ErrNotRetryable)
+	wrapped = append(wrapped, err)
+	for _, err := range wrapped {
+		assert.True(t, strings.HasPrefix(err.Error(), prefix), "%q", err)
+		assert.Equal(t, 1, strings.Count(err.Error(), "keyorder/"), "%q", err)
+	}
 }

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 
 	"cloud.google.com/go/pubsub/v2"
+
+	"github.com/keyorder/keyorder/internal/resource"
 )
 
 // Publisher publishes messages to one topic with ordering keys. It wraps
@@ -65,18 +67,23 @@ type Publisher struct {
 // client, it does no I/O: a missing topic shows up as failed results.
 //
 // Invalid arguments and options return an error matching
-// [ErrInvalidConfig].
+// [ErrInvalidConfig], among them a topic ID the service would refuse: it
+// must be 3 to 255 characters of ASCII letters, digits and - _ . ~ + %,
+// start with a letter, and not start with "goog".
 //
 // The caller keeps ownership of client and closes it after [Publisher.Close].
 func New(client *pubsub.Client, topicID string, opts ...Option) (*Publisher, error) {
 	if client == nil {
-		return nil, fmt.Errorf("keyorder/publisher: %w: nil client", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: nil client", ErrInvalidConfig)
 	}
-	if topicID == "" {
-		return nil, fmt.Errorf("keyorder/publisher: %w: empty topic ID", ErrInvalidConfig)
+	if err := resource.Topic(topicID); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	cfg := config{settings: pubsub.DefaultPublishSettings}
-	for _, opt := range opts {
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: option %d is nil", ErrInvalidConfig, i)
+		}
 		if err := opt(&cfg); err != nil {
 			return nil, err
 		}

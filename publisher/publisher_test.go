@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/ordering"
 	"github.com/keyorder/keyorder/publisher"
 )
@@ -139,17 +140,24 @@ func TestNewRejectsBadConfiguration(t *testing.T) {
 		opts   []publisher.Option
 		is     error // besides ErrInvalidConfig
 	}{
-		{"nil client", nil, "t", nil, nil},
+		{"nil client", nil, "topic", nil, nil},
 		{"empty topic", e.client, "", nil, nil},
-		{"default key too long", e.client, "t", []publisher.Option{publisher.WithDefaultOrderingKey(string(make([]byte, 1025)))}, ordering.ErrKeyTooLong},
-		{"default key not utf8", e.client, "t", []publisher.Option{publisher.WithDefaultOrderingKey("\xff")}, ordering.ErrKeyNotUTF8},
-		{"hedging", e.client, "t", with(func(s *pubsub.PublishSettings) { s.HedgingSettings = &pubsub.HedgingSettings{} }), nil},
-		{"negative count threshold", e.client, "t", with(func(s *pubsub.PublishSettings) { s.CountThreshold = -1 }), nil},
-		{"negative byte threshold", e.client, "t", with(func(s *pubsub.PublishSettings) { s.ByteThreshold = -1 }), nil},
-		{"negative delay threshold", e.client, "t", with(func(s *pubsub.PublishSettings) { s.DelayThreshold = -time.Millisecond }), nil},
-		{"negative timeout", e.client, "t", with(func(s *pubsub.PublishSettings) { s.Timeout = -time.Second }), nil},
-		{"negative goroutines", e.client, "t", with(func(s *pubsub.PublishSettings) { s.NumGoroutines = -1 }), nil},
-		{"unknown flow control behavior", e.client, "t", with(func(s *pubsub.PublishSettings) { s.FlowControlSettings.LimitExceededBehavior = 7 }), nil},
+		{"short topic", e.client, "t", nil, nil},
+		{"topic starting with a digit", e.client, "1topic", nil, nil},
+		{"topic with a space", e.client, "my topic", nil, nil},
+		{"goog topic", e.client, "goog-topic", nil, nil},
+		{"full name of a subscription", e.client, "projects/p/subscriptions/topic", nil, nil},
+		{"full name without project", e.client, "projects//topics/topic", nil, nil},
+		{"nil option", e.client, "topic", []publisher.Option{publisher.WithoutStamps(), nil}, nil},
+		{"default key too long", e.client, "topic", []publisher.Option{publisher.WithDefaultOrderingKey(string(make([]byte, 1025)))}, ordering.ErrKeyTooLong},
+		{"default key not utf8", e.client, "topic", []publisher.Option{publisher.WithDefaultOrderingKey("\xff")}, ordering.ErrKeyNotUTF8},
+		{"hedging", e.client, "topic", with(func(s *pubsub.PublishSettings) { s.HedgingSettings = &pubsub.HedgingSettings{} }), nil},
+		{"negative count threshold", e.client, "topic", with(func(s *pubsub.PublishSettings) { s.CountThreshold = -1 }), nil},
+		{"negative byte threshold", e.client, "topic", with(func(s *pubsub.PublishSettings) { s.ByteThreshold = -1 }), nil},
+		{"negative delay threshold", e.client, "topic", with(func(s *pubsub.PublishSettings) { s.DelayThreshold = -time.Millisecond }), nil},
+		{"negative timeout", e.client, "topic", with(func(s *pubsub.PublishSettings) { s.Timeout = -time.Second }), nil},
+		{"negative goroutines", e.client, "topic", with(func(s *pubsub.PublishSettings) { s.NumGoroutines = -1 }), nil},
+		{"unknown flow control behavior", e.client, "topic", with(func(s *pubsub.PublishSettings) { s.FlowControlSettings.LimitExceededBehavior = 7 }), nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -157,10 +165,24 @@ func TestNewRejectsBadConfiguration(t *testing.T) {
 			p, err := publisher.New(tt.client, tt.topic, tt.opts...)
 			require.ErrorIs(t, err, publisher.ErrInvalidConfig)
 			assert.Nil(t, p)
-			assert.True(t, strings.HasPrefix(err.Error(), "keyorder/publisher: invalid publisher configuration: "), err.Error())
+			assert.True(t, strings.HasPrefix(err.Error(), "keyorder/publisher: invalid configuration: "), err.Error())
 			if tt.is != nil {
 				assert.ErrorIs(t, err, tt.is)
 			}
 		})
 	}
+}
+
+// TestNewTakesFullTopicName checks that New takes a topic's full name as
+// well as its ID, and publishes to that topic.
+func TestNewTakesFullTopicName(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := testContext(t)
+	p, err := publisher.New(e.client, "projects/"+harness.Project+"/topics/"+e.topic)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, p.Close(ctx)) }()
+	_, err = p.Publish(ctx, &publisher.Message{Data: []byte("full name")}, publisher.WithOrderingKey("k")).Get(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"full name"}, e.storedData("k"))
 }

@@ -45,8 +45,11 @@ type Result struct {
 
 	err error // why the message failed, once state is failed
 	// seq orders the Publish calls of a key, for Retry (P3): it counts
-	// the messages of the key's shard. Set by the gate; 0 for unordered
-	// messages, which have no order to keep.
+	// the Publish calls of the key's shard. Set by the gate at the first
+	// Publish call of the message, and carried by Retry to the Results
+	// that send it again, so that a message retried more than once keeps
+	// its first place; 0 for unordered messages, which have no order to
+	// keep.
 	seq uint64
 	// mu guards ch, taken, and under and msg once the message has failed.
 	// The channel is made only for a caller that waits while the result

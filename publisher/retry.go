@@ -26,7 +26,9 @@ import (
 //
 // The messages of each key are sent in the order of their first Publish
 // calls, whatever their order in failed, so a tail retried in one call
-// keeps its order (P3). They are sent after every message of their key
+// keeps its order (P3). A Result that Retry returned keeps the place of
+// its message's first Publish call, so a message retried again, alone or
+// with others of its tail, does too. They are sent after every message of their key
 // published before Retry, including any published after the failure was
 // reported, which the key sent normally (P5): to keep a key's original
 // order, retry its failed tail before publishing the key again, and retry
@@ -48,18 +50,19 @@ import (
 func (p *Publisher) Retry(ctx context.Context, failed ...*Result) ([]*Result, error) {
 	msgs := make([]pubsub.Message, len(failed))
 	for i, r := range failed {
-		m, err := r.take()
+		m, err := r.take(i)
 		if err != nil {
 			for _, t := range failed[:i] {
 				t.untake()
 			}
-			return nil, fmt.Errorf("keyorder/publisher: Retry: result %d: %w", i, err)
+			return nil, err
 		}
 		msgs[i] = m
 		p.restamp(&msgs[i])
 	}
 	// The messages of a key go in the order of their first Publish calls
-	// (P3): seq counts them in the key's shard.
+	// (P3): seq counts them in the key's shard, and a retried Result keeps
+	// its message's first seq.
 	order := make([]int, len(failed))
 	for i := range order {
 		order[i] = i
@@ -101,7 +104,7 @@ func (p *Publisher) Retry(ctx context.Context, failed ...*Result) ([]*Result, er
 	}
 	retried := make([]*Result, len(failed))
 	for _, i := range order {
-		r := &Result{msg: msgs[i], size: failed[i].size, room: p.flow != nil, start: p.rec.now()}
+		r := &Result{msg: msgs[i], size: failed[i].size, seq: failed[i].seq, room: p.flow != nil, start: p.rec.now()}
 		p.send(ctx, r)
 		retried[i] = r
 	}
@@ -111,24 +114,27 @@ func (p *Publisher) Retry(ctx context.Context, failed ...*Result) ([]*Result, er
 	return retried, nil
 }
 
-// take returns r's message for Retry and marks it taken, or an error
-// matching ErrNotRetryable.
-func (r *Result) take() (pubsub.Message, error) {
+// take returns the message of r, Retry's failed[i], and marks it taken,
+// or returns an error matching ErrNotRetryable.
+func (r *Result) take(i int) (pubsub.Message, error) {
 	if r == nil {
-		return pubsub.Message{}, fmt.Errorf("%w: nil Result", ErrNotRetryable)
+		return pubsub.Message{}, fmt.Errorf("%w: failed[%d] is nil", ErrNotRetryable, i)
 	}
 	if !r.isReady() {
-		return pubsub.Message{}, fmt.Errorf("%w: not ready", ErrNotRetryable)
+		return pubsub.Message{}, fmt.Errorf("%w: failed[%d] is not ready", ErrNotRetryable, i)
 	}
 	_, err := r.Get(context.Background())
 	var pe *PublishError
-	if !errors.As(err, &pe) {
-		return pubsub.Message{}, fmt.Errorf("%w: did not fail with a *PublishError, but with %v", ErrNotRetryable, err)
+	switch {
+	case err == nil:
+		return pubsub.Message{}, fmt.Errorf("%w: failed[%d] was published", ErrNotRetryable, i)
+	case !errors.As(err, &pe):
+		return pubsub.Message{}, fmt.Errorf("%w: failed[%d] failed with %v, not a *PublishError", ErrNotRetryable, i, err)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.taken {
-		return pubsub.Message{}, fmt.Errorf("%w: retried already", ErrNotRetryable)
+		return pubsub.Message{}, fmt.Errorf("%w: failed[%d] was retried already, or is given twice", ErrNotRetryable, i)
 	}
 	r.taken = true
 	return r.msg, nil

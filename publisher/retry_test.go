@@ -62,6 +62,16 @@ func (e fakeEnv) newPublisher(t testing.TB, faults []*orderingtest.Fault, opts .
 	return p
 }
 
+// holdThenFail holds the Publish requests that carry the message data on
+// e's server until the returned fault is removed, and fails the first
+// fails of them with FailedPrecondition, a code the official client does
+// not retry.
+func (e fakeEnv) holdThenFail(data string, fails int) *orderingtest.Fault {
+	hold := e.srv.HoldPublish(orderingtest.Data(data))
+	e.srv.FailPublish(orderingtest.Data(data), codes.FailedPrecondition, fails)
+	return hold
+}
+
 // failTail publishes K-0..K-7 on p, one per batch, and makes K-2 fail
 // while K-3..K-7 wait behind it: it returns K-2's Result and its tail's.
 func failTail(t *testing.T, ctx context.Context, e fakeEnv, p *publisher.Publisher, hold *orderingtest.Fault) (failing *publisher.Result, tail []*publisher.Result) {
@@ -93,8 +103,7 @@ func TestRetryFailedTail(t *testing.T) {
 	t.Parallel()
 	e := newFakeEnv(t)
 	ctx := testContext(t)
-	hold := e.srv.HoldPublish(orderingtest.Data("K-2"))
-	e.srv.FailPublish(orderingtest.Data("K-2"), codes.FailedPrecondition, 1)
+	hold := e.holdThenFail("K-2", 1)
 	p := e.newPublisher(t, []*orderingtest.Fault{hold}, publisher.WithPublishSettings(settings(1)))
 
 	failing, tail := failTail(t, ctx, e, p, hold)
@@ -127,8 +136,7 @@ func TestRetryAfterNewerMessages(t *testing.T) {
 	t.Parallel()
 	e := newFakeEnv(t)
 	ctx := testContext(t)
-	hold := e.srv.HoldPublish(orderingtest.Data("K-2"))
-	e.srv.FailPublish(orderingtest.Data("K-2"), codes.FailedPrecondition, 1)
+	hold := e.holdThenFail("K-2", 1)
 	p := e.newPublisher(t, []*orderingtest.Fault{hold}, publisher.WithPublishSettings(settings(1)))
 
 	failing, tail := failTail(t, ctx, e, p, hold)
@@ -141,6 +149,46 @@ func TestRetryAfterNewerMessages(t *testing.T) {
 		require.NoError(t, err)
 	}
 	assert.Equal(t, []string{"K-0", "K-1", "K-8", "K-2", "K-3", "K-4", "K-5", "K-6", "K-7"}, e.storedData("K"))
+}
+
+// TestRetryKeepsFirstPublishOrderAcrossRetries checks that a Result keeps
+// the place of its first Publish call through its retries: k/1 is retried
+// alone and fails again, and its new Result, retried with k/2 in one call,
+// still goes before k/2 (P3).
+func TestRetryKeepsFirstPublishOrderAcrossRetries(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t)
+	ctx := testContext(t)
+	hold := e.holdThenFail("k/1", 2)
+	p := e.newPublisher(t, []*orderingtest.Fault{hold}, publisher.WithPublishSettings(settings(1)))
+	pub := func(data string) *publisher.Result {
+		return p.Publish(ctx, &publisher.Message{Data: []byte(data)}, publisher.WithOrderingKey("k"))
+	}
+
+	// k/1 and k/2 fail together: k/2 waits behind k/1, which fails.
+	first := pub("k/1")
+	require.NoError(t, hold.Wait(ctx, 1))
+	second := pub("k/2")
+	hold.Remove()
+	for _, r := range []*publisher.Result{first, second} {
+		_, err := r.Get(ctx)
+		require.Error(t, err)
+	}
+
+	// k/1 is retried alone, and fails again.
+	again, err := p.Retry(ctx, first)
+	require.NoError(t, err)
+	_, err = again[0].Get(ctx)
+	require.Error(t, err)
+
+	// k/2 and the retried k/1 go in one call, k/2 first.
+	retried, err := p.Retry(ctx, second, again[0])
+	require.NoError(t, err)
+	for _, r := range retried {
+		_, err := r.Get(ctx)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, []string{"k/1", "k/2"}, e.storedData("k"))
 }
 
 // TestRetryRefusesAndSendsNothing checks that Retry sends nothing when one
@@ -201,8 +249,7 @@ func TestRetryTakesOverRoom(t *testing.T) {
 	// The first message is large enough to be sent alone at once; the
 	// tail's small messages wait for the delay threshold, or a flush.
 	first := "K-0 " + strings.Repeat("x", 1000)
-	hold := e.srv.HoldPublish(orderingtest.Data(first))
-	e.srv.FailPublish(orderingtest.Data(first), codes.FailedPrecondition, 1)
+	hold := e.holdThenFail(first, 1)
 	s := slowBatches(100)
 	s.ByteThreshold = 1000
 	s.FlowControlSettings = pubsub.FlowControlSettings{MaxOutstandingMessages: 6, LimitExceededBehavior: pubsub.FlowControlSignalError}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -40,9 +39,17 @@ import (
 //     again.
 
 // MaxProducerIDBytes is the longest ID [WithProducerID] takes: the stamp's
-// producer ID, the ID followed by "#" and an incarnation of
-// incarnationBytes, must fit [ordering.MaxProducerBytes].
-const MaxProducerIDBytes = ordering.MaxProducerBytes - 1 - incarnationBytes
+// producer ID, the ID followed by "#" and an incarnation of 26 characters,
+// must fit [ordering.MaxProducerBytes].
+const MaxProducerIDBytes = 101
+
+// MaxProducerIDBytes is a literal, so that its documentation reads as a
+// number; these fail to compile if it no longer leaves room for "#" and
+// an incarnation within a stamp's producer ID.
+var (
+	_ [MaxProducerIDBytes + 1 + incarnationBytes - ordering.MaxProducerBytes]struct{}
+	_ [ordering.MaxProducerBytes - MaxProducerIDBytes - 1 - incarnationBytes]struct{}
+)
 
 const (
 	// incarnationBytes is the length of a random producer ID or
@@ -59,8 +66,8 @@ const (
 )
 
 // WithoutStamps turns stamping off: messages are published without the
-// [ordering.ProducerAttribute] and [ordering.SeqAttribute] attributes, and
-// a caller may set them itself. The default stamps every keyed message.
+// [ordering.StampAttribute] attribute, and a caller may set it itself. The
+// default stamps every keyed message.
 func WithoutStamps() Option {
 	return func(c *config) error {
 		c.noStamps = true
@@ -87,11 +94,11 @@ func WithProducerID(id string) Option {
 	return func(c *config) error {
 		switch {
 		case id == "":
-			return fmt.Errorf("keyorder/publisher: %w: WithProducerID: empty ID", ErrInvalidConfig)
+			return fmt.Errorf("%w: WithProducerID: empty ID", ErrInvalidConfig)
 		case len(id) > MaxProducerIDBytes:
-			return fmt.Errorf("keyorder/publisher: %w: WithProducerID: %d bytes, limit %d", ErrInvalidConfig, len(id), MaxProducerIDBytes)
+			return fmt.Errorf("%w: WithProducerID: %d bytes, limit %d", ErrInvalidConfig, len(id), MaxProducerIDBytes)
 		case !utf8.ValidString(id):
-			return fmt.Errorf("keyorder/publisher: %w: WithProducerID: %q is not valid UTF-8", ErrInvalidConfig, id)
+			return fmt.Errorf("%w: WithProducerID: %q is not valid UTF-8", ErrInvalidConfig, id)
 		}
 		c.producerID = id
 		return nil
@@ -165,7 +172,7 @@ func (s *stamper) newCounter() counter {
 }
 
 // stamp writes the key's next number and its producer into r's attributes,
-// a map of r's own with room for them. The gate's mutex is held: numbers
+// a map of r's own with room for the stamp's attribute. The gate's mutex is held: numbers
 // are given in the order the official client takes the messages (P3).
 func (p *Publisher) stamp(ks *keyState, r *Result) {
 	c := &ks.counter
@@ -173,18 +180,18 @@ func (p *Publisher) stamp(ks *keyState, r *Result) {
 		*c = p.stamps.newCounter()
 	}
 	c.n++
-	r.msg.Attributes[ordering.ProducerAttribute] = c.producer
-	r.msg.Attributes[ordering.SeqAttribute] = strconv.FormatUint(ordering.MakeSeq(c.epoch, c.n), 10)
+	ordering.Stamp{Producer: c.producer, Seq: ordering.MakeSeq(c.epoch, c.n)}.Put(r.msg.Attributes)
 }
 
 // stamped reports whether a message of key is stamped.
 func (p *Publisher) stamped(key string) bool { return p.stamps != nil && key != "" }
 
 // checkStampable returns a *ValidationError if attrs, the attributes of a
-// message p stamps, already hold a stamp attribute: the stamp is the
-// publisher's to set.
+// message p stamps, already hold a stamp attribute, of either form: the
+// stamp is the publisher's to set, and a message with both forms would
+// count as unstamped.
 func checkStampable(key string, attrs map[string]string) error {
-	for _, a := range [...]string{ordering.ProducerAttribute, ordering.SeqAttribute} {
+	for _, a := range [...]string{ordering.StampAttribute, ordering.ProducerAttribute, ordering.SeqAttribute} {
 		if _, ok := attrs[a]; ok {
 			return &ValidationError{Key: truncate(key), Err: ErrStampAttribute, Detail: fmt.Sprintf("header %q", a)}
 		}

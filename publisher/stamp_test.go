@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc/codes"
 
 	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/ordering"
@@ -165,6 +164,7 @@ func TestStampCountsAgainstLimits(t *testing.T) {
 		{"without stamps", plain, "k", headers(publisher.MaxAttributes), nil},
 		{"producer header", stamped, "k", map[string]string{ordering.ProducerAttribute: "mine"}, publisher.ErrStampAttribute},
 		{"seq header", stamped, "k", map[string]string{ordering.SeqAttribute: "1"}, publisher.ErrStampAttribute},
+		{"stamp header", stamped, "k", map[string]string{ordering.StampAttribute: "0.1@mine"}, publisher.ErrStampAttribute},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			data := "limits/" + tc.name
@@ -226,8 +226,7 @@ func TestRetryRestamps(t *testing.T) {
 	t.Parallel()
 	e := newFakeEnv(t)
 	ctx := testContext(t)
-	hold := e.srv.HoldPublish(orderingtest.Data("K-2"))
-	e.srv.FailPublish(orderingtest.Data("K-2"), codes.FailedPrecondition, 1)
+	hold := e.holdThenFail("K-2", 1)
 	p := e.newPublisher(t, []*orderingtest.Fault{hold}, publisher.WithPublishSettings(settings(1)))
 
 	failing, tail := failTail(t, ctx, e, p, hold)

@@ -73,8 +73,7 @@ func newDelivery(m *pubsub.Message) Delivery {
 	}
 	if st, err := ordering.ParseStamp(headers); err == nil && !st.IsZero() {
 		d.Producer, d.Seq = st.Producer, st.Seq
-		delete(headers, ordering.ProducerAttribute)
-		delete(headers, ordering.SeqAttribute)
+		ordering.DeleteStamp(headers)
 	}
 	return d
 }

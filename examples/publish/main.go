@@ -111,14 +111,12 @@ func run() error {
 		// and the message's number in the key's sequence (S12).
 		stamp, err := ordering.ParseStamp(g.Attributes)
 		attrs := maps.Clone(g.Attributes)
-		delete(attrs, ordering.ProducerAttribute)
-		delete(attrs, ordering.SeqAttribute)
-		epoch, n := ordering.SplitSeq(stamp.Seq)
+		ordering.DeleteStamp(attrs)
 		verdict := "ok"
 		if g.OrderingKey != m.wantKey || !maps.Equal(attrs, want) || err != nil || stamp.Producer != p.Producer() {
 			verdict, failed = fmt.Sprintf("WRONG: want key %q, attributes %v, a stamp of producer %s", m.wantKey, want, p.Producer()), true
 		}
-		fmt.Printf("  %-30s ordering key %-12q attributes %-20v seq %d.%d %s\n", g.Data, g.OrderingKey, sorted(attrs), epoch, n, verdict)
+		fmt.Printf("  %-30s ordering key %-12q attributes %-20v seq %s %s\n", g.Data, g.OrderingKey, sorted(attrs), ordering.FormatSeq(stamp.Seq), verdict)
 	}
 	if failed {
 		return fmt.Errorf("a message's key or attributes broke P1 or P2")
