@@ -25,8 +25,13 @@ import (
 // Handler returns the status page of sub. A GET or HEAD serves the HTML
 // page, or, with ?format=json, a [Status]; other methods get 405. Each
 // request takes one [subscriber.Subscription.Stats], which is cheap enough
-// for every viewer to poll every second.
+// for every viewer to poll every second. Handler panics if sub is nil, as
+// net/http's constructors do with a nil handler: a mistake of the program,
+// caught when the page is mounted rather than on its first request.
 func Handler(sub *subscriber.Subscription) http.Handler {
+	if sub == nil {
+		panic("statuspage: Handler called with a nil *subscriber.Subscription")
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method != http.MethodGet && req.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")

@@ -225,3 +225,9 @@ func TestStatusPageParkedKeys(t *testing.T) {
 	assert.Contains(t, html, "&lt;b&gt;stuck&lt;/b&gt;")
 	assert.Contains(t, html, "1 parked, 0 released")
 }
+
+// TestHandlerOfNil: a nil Subscription is refused when the page is made,
+// with a message that says so, not on its first request.
+func TestHandlerOfNil(t *testing.T) {
+	assert.PanicsWithValue(t, "statuspage: Handler called with a nil *subscriber.Subscription", func() { statuspage.Handler(nil) })
+}
