@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/internal/leaktest"
+	"github.com/keyorder/keyorder/internal/metrictest"
 	"github.com/keyorder/keyorder/subscriber"
 )
 
@@ -146,8 +149,15 @@ func TestOptionsAreValidated(t *testing.T) {
 		subscriber.WithRetryPolicy(2*time.Second, time.Second),
 		subscriber.WithRetryPolicy(0, 601*time.Second),
 		subscriber.WithParking(""),
+		subscriber.WithParking("p"),
+		subscriber.WithDeadLetterPolicy("goog-dead", 5),
+		subscriber.WithTopicRetention(time.Minute),
+		subscriber.WithTopicRetention(32 * 24 * time.Hour),
+		nil,
 	} {
 		_, err := subscriber.CreateWithTopic(ctx, client, topic, sub, opt)
+		require.ErrorIs(t, err, subscriber.ErrInvalidConfig)
+		_, err = subscriber.Open(ctx, client, sub, opt)
 		require.ErrorIs(t, err, subscriber.ErrInvalidConfig)
 	}
 	// Nothing was created by the failed calls.
@@ -158,4 +168,106 @@ func TestOptionsAreValidated(t *testing.T) {
 	s, err := subscriber.CreateWithTopic(ctx, client, topic, sub)
 	require.NoError(t, err)
 	require.ErrorIs(t, s.Receive(ctx, nil), subscriber.ErrInvalidConfig)
+	// Nor a nil Subscription.
+	var none *subscriber.Subscription
+	require.ErrorIs(t, none.Receive(ctx, func(context.Context, *subscriber.Delivery) error { return nil }), subscriber.ErrInvalidConfig)
+	require.ErrorIs(t, none.Release(ctx, "k"), subscriber.ErrInvalidConfig)
+	_, err = none.Parked(ctx)
+	require.ErrorIs(t, err, subscriber.ErrInvalidConfig)
+}
+
+// TestNamesAreChecked: topic and subscription names that break the
+// service's rules are refused with ErrInvalidConfig before any request, by
+// CreateWithTopic, Open and Replay, and nothing is created.
+func TestNamesAreChecked(t *testing.T) {
+	t.Parallel()
+	srv, client := harness.Fake(t)
+	ctx := testContext(t)
+	for _, tc := range []struct{ name, topic, sub string }{
+		{"empty topic", "", "sub-ok"},
+		{"short topic", "t", "sub-ok"},
+		{"topic starting with a digit", "1topic", "sub-ok"},
+		{"topic with a space", "my topic", "sub-ok"},
+		{"reserved topic", "google-topic", "sub-ok"},
+		{"long topic", "t" + strings.Repeat("x", 255), "sub-ok"},
+		{"topic of another collection", "projects/p/subscriptions/topic-ok", "sub-ok"},
+		{"empty subscription", "topic-ok", ""},
+		{"short subscription", "topic-ok", "s"},
+		{"subscription with a slash", "topic-ok", "sub/x"},
+		{"full name without project", "topic-ok", "projects//subscriptions/sub-ok"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := subscriber.CreateWithTopic(ctx, client, tc.topic, tc.sub)
+			require.ErrorIs(t, err, subscriber.ErrInvalidConfig)
+			if tc.sub != "sub-ok" {
+				_, err = subscriber.Open(ctx, client, tc.sub)
+				require.ErrorIs(t, err, subscriber.ErrInvalidConfig)
+			}
+			if tc.topic != "topic-ok" {
+				err = subscriber.Replay(ctx, client, tc.topic, time.Time{}, func(context.Context, *subscriber.Delivery) error { return nil })
+				require.ErrorIs(t, err, subscriber.ErrInvalidConfig)
+			}
+		})
+	}
+	assert.Empty(t, srv.Subscriptions(), "nothing was created")
+	assert.Empty(t, srv.Messages(path(client, "topics", "topic-ok")))
+	_, err := client.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: path(client, "topics", "topic-ok")})
+	assert.Error(t, err, "the topic was not created")
+}
+
+// TestTopicRetentionMakesReplayWork: the natural path, a topic made by
+// CreateWithTopic and read back by Replay, works once the topic retains
+// its messages (WithTopicRetention); without it, Replay says why.
+func TestTopicRetentionMakesReplayWork(t *testing.T) {
+	t.Parallel()
+	_, client := harness.Fake(t)
+	ctx := testContext(t)
+	h := func(data *[]string) subscriber.Handler {
+		return func(_ context.Context, d *subscriber.Delivery) error {
+			*data = append(*data, string(d.Data))
+			return nil
+		}
+	}
+	quiet := subscriber.WithQuietPeriod(100 * time.Millisecond)
+
+	topic, subID := names()
+	s, err := subscriber.CreateWithTopic(ctx, client, topic, subID, subscriber.WithTopicRetention(time.Hour))
+	require.NoError(t, err)
+	got, err := client.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: s.Topic()})
+	require.NoError(t, err)
+	assert.Equal(t, time.Hour, got.GetMessageRetentionDuration().AsDuration())
+	publishRange(t, client, s.Topic(), []string{"k"}, 1, 3, "")
+	var data []string
+	require.NoError(t, subscriber.Replay(ctx, client, topic, time.Time{}, h(&data), quiet, subscriber.WithWorkers(1)))
+	assert.Equal(t, []string{"k/1", "k/2", "k/3"}, data)
+
+	bare, bareSub := names()
+	_, err = subscriber.CreateWithTopic(ctx, client, bare, bareSub)
+	require.NoError(t, err)
+	require.ErrorIs(t, subscriber.Replay(ctx, client, bare, time.Time{}, h(&data), quiet), subscriber.ErrNoRetention)
+}
+
+// TestTopicRetentionOfAnExistingTopic: an existing topic keeps its own
+// retention, and the difference is logged. It sets the default logger, so
+// it does not run in parallel.
+func TestTopicRetentionOfAnExistingTopic(t *testing.T) {
+	var logs metrictest.Log
+	prev := slog.Default()
+	slog.SetDefault(logs.Logger())
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	_, client := harness.Fake(t)
+	ctx := testContext(t)
+	topic, subID := names()
+	_, err := client.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: path(client, "topics", topic)})
+	require.NoError(t, err)
+	_, err = subscriber.CreateWithTopic(ctx, client, topic, subID, subscriber.WithTopicRetention(2*time.Hour))
+	require.NoError(t, err)
+	got, err := client.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: path(client, "topics", topic)})
+	require.NoError(t, err)
+	assert.Zero(t, got.GetMessageRetentionDuration().AsDuration(), "the topic keeps its own")
+	recs := logs.Records(t)
+	require.Len(t, recs, 1, "%v", recs)
+	assert.Equal(t, "WARN", recs[0]["level"])
+	assert.Contains(t, recs[0]["msg"], "keeps its own message retention")
+	assert.Equal(t, path(client, "topics", topic), recs[0]["topic"])
 }

@@ -7,6 +7,8 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/keyorder/keyorder/internal/resource"
 )
 
 // Defaults of the options.
@@ -49,6 +51,7 @@ type config struct {
 	meterProvider  metric.MeterProvider // nil: the global one, when Receive starts
 	logger         *slog.Logger         // nil: slog.Default(), when Receive starts
 	policies       servicePolicies      // the service's, for a subscription created (policies.go)
+	topicRetention time.Duration        // for a topic created; 0 for none (subscription.go)
 	parking        string               // the parking topic; "" for none (park.go)
 }
 
@@ -66,7 +69,10 @@ func newConfig(opts []Option) (config, error) {
 		seqWindow:      DefaultSequenceWindow,
 		quiet:          DefaultQuietPeriod,
 	}
-	for _, opt := range opts {
+	for i, opt := range opts {
+		if opt == nil {
+			return config{}, invalid("option %d of %d is nil", i+1, len(opts))
+		}
 		if err := opt(&c); err != nil {
 			return config{}, err
 		}
@@ -406,9 +412,9 @@ func WithLogger(l *slog.Logger) Option {
 // requires.
 func WithDeadLetterPolicy(topicID string, maxDeliveryAttempts int) Option {
 	return func(c *config) error {
-		switch {
-		case topicID == "":
-			return invalid("WithDeadLetterPolicy: empty topic")
+		switch err := resource.Topic(topicID); {
+		case err != nil:
+			return invalid("WithDeadLetterPolicy: %v", err)
 		case maxDeliveryAttempts < minDeadLetterAttempts || maxDeliveryAttempts > maxDeadLetterAttempts:
 			return invalid("WithDeadLetterPolicy(%q, %d): need %d to %d delivery attempts", topicID, maxDeliveryAttempts, minDeadLetterAttempts, maxDeadLetterAttempts)
 		}
@@ -459,10 +465,35 @@ func WithRetryPolicy(min, max time.Duration) Option {
 // (S5).
 func WithParking(topicID string) Option {
 	return func(c *config) error {
-		if topicID == "" {
-			return invalid("WithParking: empty topic")
+		if err := resource.Topic(topicID); err != nil {
+			return invalid("WithParking: %v", err)
 		}
 		c.parking = topicID
 		return nil
 	}
 }
+
+// WithTopicRetention makes [CreateWithTopic] create a missing topic with
+// message retention d: the topic keeps every message for d, acknowledged
+// or not, so that [Replay] can read it back and a subscription can be
+// sought back over it. An existing topic keeps its own retention; a
+// difference is logged as a warning when the Subscription is made, as for
+// the subscription's own settings. By default a topic is created without
+// retention, as the service does, and Replay then returns
+// [ErrNoRetention]. d is 10 minutes to 31 days, as the service requires.
+// Retention is billed by the service as storage.
+func WithTopicRetention(d time.Duration) Option {
+	return func(c *config) error {
+		if d < minTopicRetention || d > maxTopicRetention {
+			return invalid("WithTopicRetention(%v): need %v to %v", d, minTopicRetention, maxTopicRetention)
+		}
+		c.topicRetention = d
+		return nil
+	}
+}
+
+// The bounds the service puts on a topic's message retention.
+const (
+	minTopicRetention = 10 * time.Minute
+	maxTopicRetention = 31 * 24 * time.Hour
+)

@@ -39,6 +39,9 @@ type ParkedKey struct {
 // It returns an error matching [ErrNoParking] without [WithParking], and
 // ctx.Err() if ctx ends first.
 func (s *Subscription) Parked(ctx context.Context) ([]ParkedKey, error) {
+	if s == nil {
+		return nil, invalid("Parked on a nil Subscription")
+	}
 	if s.parking == nil {
 		return nil, ErrNoParking
 	}
@@ -89,6 +92,9 @@ func (s *Subscription) Parked(ctx context.Context) ([]ParkedKey, error) {
 // is taken over after 30 s without a sign of life); [ErrNoParking] without
 // [WithParking]; and ctx.Err() when ctx ends first.
 func (s *Subscription) Release(ctx context.Context, key string) error {
+	if s == nil {
+		return invalid("Release on a nil Subscription")
+	}
 	if s.parking == nil {
 		return ErrNoParking
 	}

@@ -43,7 +43,7 @@ type servicePolicies struct {
 func (p servicePolicies) apply(ctx context.Context, client *pubsub.Client, sub *pubsubpb.Subscription) error {
 	if p.deadLetterTopic != "" {
 		topic := fullName(client, "topics", p.deadLetterTopic)
-		if err := ensureTopic(ctx, client, topic); err != nil {
+		if err := ensureTopic(ctx, client, topic, 0); err != nil {
 			return err
 		}
 		sub.DeadLetterPolicy = &pubsubpb.DeadLetterPolicy{DeadLetterTopic: topic, MaxDeliveryAttempts: int32(p.maxDeliveryAttempts)}

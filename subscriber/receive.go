@@ -46,7 +46,10 @@ import (
 // Only one Receive runs at a time on a Subscription; a second one returns
 // [ErrReceiving].
 func (s *Subscription) Receive(ctx context.Context, h Handler) error {
-	if h == nil {
+	switch {
+	case s == nil:
+		return invalid("Receive on a nil Subscription")
+	case h == nil:
 		return invalid("Receive with nil handler")
 	}
 	if !s.receiving.CompareAndSwap(false, true) {

@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/keyorder/keyorder/internal/resource"
 )
 
 // Replay hands h every message published to topicID from from up to the
@@ -74,6 +76,9 @@ func Replay(ctx context.Context, client *pubsub.Client, topicID string, from tim
 		return invalid("Replay with nil handler")
 	case from.After(start):
 		return invalid("Replay from %v: after Replay started, at %v", from, start)
+	}
+	if err := resource.Topic(topicID); err != nil {
+		return invalid("Replay: %v", err)
 	}
 	topic := fullName(client, "topics", topicID)
 	seekTo, err := replayStart(ctx, client, topic, from, start)

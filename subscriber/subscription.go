@@ -3,13 +3,18 @@ package subscriber
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/keyorder/keyorder/internal/resource"
 )
 
 // A Subscription receives the messages of one Pub/Sub subscription, in
@@ -62,12 +67,15 @@ func CreateWithTopic(ctx context.Context, client *pubsub.Client, topicID, subID 
 	if client == nil {
 		return nil, invalid("CreateWithTopic with nil client")
 	}
+	if err := checkNames(topicID, subID); err != nil {
+		return nil, err
+	}
 	topic := fullName(client, "topics", topicID)
 	name := fullName(client, "subscriptions", subID)
 	if err := cfg.checkLoops(client, topic); err != nil {
 		return nil, err
 	}
-	if err := ensureTopic(ctx, client, topic); err != nil {
+	if err := ensureTopic(ctx, client, topic, cfg.topicRetention); err != nil {
 		return nil, err
 	}
 	sub, err := client.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: name})
@@ -103,6 +111,9 @@ func Open(ctx context.Context, client *pubsub.Client, subID string, opts ...Opti
 	}
 	if client == nil {
 		return nil, invalid("Open with nil client")
+	}
+	if err := checkSubscription(subID); err != nil {
+		return nil, err
 	}
 	name := fullName(client, "subscriptions", subID)
 	sub, err := client.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: name})
@@ -157,17 +168,46 @@ func newSubscription(ctx context.Context, client *pubsub.Client, sub *pubsubpb.S
 	return s, nil
 }
 
-// ensureTopic creates topic unless it exists.
-func ensureTopic(ctx context.Context, client *pubsub.Client, topic string) error {
-	_, err := client.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: topic})
+// ensureTopic creates topic unless it exists, with message retention for
+// retention when it is positive. An existing topic keeps its own
+// retention; if it differs from the one asked for, a warning says so.
+func ensureTopic(ctx context.Context, client *pubsub.Client, topic string, retention time.Duration) error {
+	got, err := client.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: topic})
 	if status.Code(err) == codes.NotFound {
-		_, err = client.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: topic})
-		if status.Code(err) == codes.AlreadyExists {
-			err = nil
+		want := &pubsubpb.Topic{Name: topic}
+		if retention > 0 {
+			want.MessageRetentionDuration = durationpb.New(retention)
+		}
+		if _, err = client.TopicAdminClient.CreateTopic(ctx, want); err == nil {
+			return nil
+		}
+		if status.Code(err) == codes.AlreadyExists { // created meanwhile by someone else
+			got, err = client.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: topic})
 		}
 	}
 	if err != nil {
 		return fmt.Errorf("keyorder/subscriber: topic %s: %w", topic, err)
+	}
+	if have := got.GetMessageRetentionDuration().AsDuration(); retention > 0 && have != retention {
+		slog.Warn("keyorder/subscriber: the topic exists and keeps its own message retention, which differs from WithTopicRetention",
+			"topic", topic, "retention", have, "asked", retention)
+	}
+	return nil
+}
+
+// checkNames checks the names of a topic and a subscription, IDs or full
+// names, against the service's rules, before any request.
+func checkNames(topic, sub string) error {
+	if err := resource.Topic(topic); err != nil {
+		return invalid("%v", err)
+	}
+	return checkSubscription(sub)
+}
+
+// checkSubscription checks a subscription's name, before any request.
+func checkSubscription(sub string) error {
+	if err := resource.Subscription(sub); err != nil {
+		return invalid("%v", err)
 	}
 	return nil
 }
