@@ -32,8 +32,10 @@ type Delivery struct {
 	Headers map[string]string
 	// PublishTime is when the service accepted the message.
 	PublishTime time.Time
-	// Attempt counts the handler calls for this delivery: 1 for the first,
-	// up to the limit set by [WithMaxAttempts].
+	// Attempt counts the handler calls for the message in this Receive,
+	// across its deliveries: 1 for the first. Calls that failed with
+	// [RetryAfter] count here but not against [WithMaxAttempts]; a
+	// release from parking starts the count afresh.
 	Attempt int
 	// DeliveryAttempt is the service's count of deliveries of the message,
 	// set only when the subscription has a dead-letter policy; 0 otherwise.

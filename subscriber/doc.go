@@ -108,9 +108,9 @@
 // messaging.destination.subscription.name and never a key:
 //
 //   - keyorder.subscriber.deliveries (counter): messages settled, by
-//     keyorder.outcome (acked, deduplicated, nacked, held, dead_lettered;
-//     parked is reserved for the parking of failed keys) and
-//     keyorder.reason (failed, room, shutdown, tail, hold);
+//     keyorder.outcome (acked, deduplicated, nacked, held, dead_lettered,
+//     and parked: moved to the parking topic with [WithParking]) and
+//     keyorder.reason (failed, room, shutdown, tail, hold, replay_range);
 //   - keyorder.subscriber.handler.duration (histogram, s): handler calls,
 //     by keyorder.outcome ok, error or panic;
 //   - keyorder.subscriber.held_keys, keyorder.subscriber.queued and

@@ -3,7 +3,10 @@ package subscriber
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/keyorder/keyorder/ordering"
 )
 
 // ErrNotFound is returned by [Open] when the subscription does not exist.
@@ -98,6 +101,9 @@ func (e *RetryAfterError) Unwrap() error { return e.Err }
 // for a topic without message retention. Seeking a subscription on such a
 // topic succeeds but brings back nothing published before the
 // subscription existed, so a replay would look complete and be empty.
+// [WithTopicRetention] makes [CreateWithTopic] create topics that retain
+// their messages; an existing topic's retention is its
+// message_retention_duration, set with the admin client's UpdateTopic.
 var ErrNoRetention = errors.New("keyorder/subscriber: topic has no message retention")
 
 // ErrBeforeRetention is returned, wrapped with the topic's retention, by
@@ -120,9 +126,18 @@ type ReplayError struct {
 }
 
 func (e *ReplayError) Error() string {
-	return fmt.Sprintf("keyorder/subscriber: replay stopped at message %s (key %q, published %s): %v",
-		e.MessageID, e.Key, e.PublishTime.Format(time.RFC3339Nano), e.Err)
+	stamp := ""
+	if e.Seq != 0 {
+		stamp = fmt.Sprintf(", %s of %s", ordering.FormatSeq(e.Seq), e.Producer)
+	}
+	// The handler's error already says it comes from this package.
+	cause := strings.TrimPrefix(fmt.Sprint(e.Err), errPrefix)
+	return fmt.Sprintf("%sreplay stopped at message %s (key %q%s, published %s): %s",
+		errPrefix, e.MessageID, e.Key, stamp, e.PublishTime.Format(time.RFC3339Nano), cause)
 }
+
+// errPrefix starts this package's error messages.
+const errPrefix = "keyorder/subscriber: "
 
 // Unwrap returns the handler's error.
 func (e *ReplayError) Unwrap() error { return e.Err }

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/keyorder/keyorder/internal/telemetry"
+	"github.com/keyorder/keyorder/ordering"
 )
 
 // A recorder turns the events a Receive already has into metrics and logs:
@@ -236,7 +237,7 @@ func (o *recorder) callbackPanicked(what string, v any, stack []byte) {
 func (o *recorder) sequenceGap(ctx context.Context, key, producer string, first, last uint64) {
 	o.log.LogAttrs(ctx, slog.LevelWarn, "keyorder/subscriber: sequence gap",
 		slog.String("key", key), slog.String("producer", producer),
-		slog.Uint64("first_missing", first), slog.Uint64("last_missing", last))
+		slog.String("first_missing", ordering.FormatSeq(first)), slog.String("last_missing", ordering.FormatSeq(last)))
 }
 
 // sequenceDuplicate logs a message whose producer, key and sequence number
@@ -251,7 +252,7 @@ func (o *recorder) sequenceDuplicate(ctx context.Context, first bool, key, produ
 		level = slog.LevelInfo
 	}
 	o.log.LogAttrs(ctx, level, "keyorder/subscriber: duplicate sequence number",
-		slog.String("key", key), slog.String("producer", producer), slog.Uint64("seq", seq),
+		slog.String("key", key), slog.String("producer", producer), slog.String("seq", ordering.FormatSeq(seq)),
 		slog.String("message_id", id))
 }
 

@@ -49,11 +49,11 @@ func TestSequenceLogs(t *testing.T) {
 	}
 	assert.Equal(t, []map[string]any{
 		{"level": "WARN", "msg": "keyorder/subscriber: sequence gap", "subscription": "projects/p/subscriptions/s",
-			"key": "k", "producer": "producer-1", "first_missing": 4.0, "last_missing": 6.0},
+			"key": "k", "producer": "producer-1", "first_missing": "0.4", "last_missing": "0.6"},
 		{"level": "INFO", "msg": "keyorder/subscriber: duplicate sequence number", "subscription": "projects/p/subscriptions/s",
-			"key": "k", "producer": "producer-1", "seq": 3.0, "message_id": "m-9"},
+			"key": "k", "producer": "producer-1", "seq": "0.3", "message_id": "m-9"},
 		{"level": "DEBUG", "msg": "keyorder/subscriber: duplicate sequence number", "subscription": "projects/p/subscriptions/s",
-			"key": "k", "producer": "producer-1", "seq": 4.0, "message_id": "m-10"},
+			"key": "k", "producer": "producer-1", "seq": "0.4", "message_id": "m-10"},
 	}, recs)
 }
 

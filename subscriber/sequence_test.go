@@ -180,7 +180,7 @@ func TestGapReported(t *testing.T) {
 	assert.NotEmpty(t, g.MessageID)
 	assert.EqualValues(t, 1, e.sub.Stats().Gaps)
 	assert.Equal(t, 1, strings.Count(logs.String(), "sequence gap"), "the gap is logged once: %s", logs.String())
-	assert.Contains(t, logs.String(), "first_missing=4 last_missing=5")
+	assert.Contains(t, logs.String(), "first_missing=0.4 last_missing=0.5")
 }
 
 // TestSequenceWindowOff checks that WithSequenceWindow(0) turns the checks
