@@ -96,6 +96,9 @@
 //   - A deleted topic's subscriptions remain, report the topic as
 //     "_deleted-topic_" and receive nothing new. A deleted subscription is
 //     gone from ListTopicSubscriptions at once.
+//   - Retry policies are validated and completed as the service does it:
+//     backoffs of 0 to 600 s, the minimum no greater than the maximum
+//     (defaults 10 s and 600 s).
 //   - [WithLatency] gives publishes and deliveries the round trips they
 //     take on the service: a Publish answers d later, and a message
 //     reaches a subscriber d after it became deliverable, so a design that

@@ -39,6 +39,8 @@ const (
 	defaultDeliveryAttempts  = 5
 	minDeliveryAttempts      = 5
 	maxDeliveryAttempts      = 100
+	defaultMinBackoff        = 10 * time.Second
+	maxBackoff               = 600 * time.Second
 )
 
 // A resource ID starts with a letter, is 3 to 255 characters of letters,
@@ -164,10 +166,38 @@ func normalizeSubscription(p *pubsubpb.Subscription) error {
 	if _, err := parseFilter(p.GetFilter()); err != nil {
 		return err
 	}
+	if err := normalizeRetryPolicy(p.GetRetryPolicy()); err != nil {
+		return err
+	}
 	if p.GetPushConfig().GetPushEndpoint() != "" || p.GetBigqueryConfig() != nil || p.GetCloudStorageConfig() != nil {
 		return status.Error(codes.Unimplemented, "orderingtest: only pull subscriptions are modelled")
 	}
 	p.State = pubsubpb.Subscription_ACTIVE
+	return nil
+}
+
+// normalizeRetryPolicy applies the service's bounds to a retry policy and
+// fills in its defaults: backoffs of 0 to 600 s, 10 s at least and 600 s
+// at most unless set, the minimum no greater than the maximum.
+func normalizeRetryPolicy(rp *pubsubpb.RetryPolicy) error {
+	if rp == nil {
+		return nil
+	}
+	if rp.MinimumBackoff == nil {
+		rp.MinimumBackoff = durationpb.New(defaultMinBackoff)
+	}
+	if rp.MaximumBackoff == nil {
+		rp.MaximumBackoff = durationpb.New(maxBackoff)
+	}
+	lo, hi := rp.GetMinimumBackoff(), rp.GetMaximumBackoff()
+	switch {
+	case !lo.IsValid() || lo.AsDuration() < 0 || lo.AsDuration() > maxBackoff:
+		return invalid("retry policy minimum backoff %v outside [0, %v]", lo.AsDuration(), maxBackoff)
+	case !hi.IsValid() || hi.AsDuration() < 0 || hi.AsDuration() > maxBackoff:
+		return invalid("retry policy maximum backoff %v outside [0, %v]", hi.AsDuration(), maxBackoff)
+	case lo.AsDuration() > hi.AsDuration():
+		return invalid("retry policy minimum backoff %v above the maximum, %v", lo.AsDuration(), hi.AsDuration())
+	}
 	return nil
 }
 
