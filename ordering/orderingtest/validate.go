@@ -1,6 +1,7 @@
 package orderingtest
 
 import (
+	"net/url"
 	"regexp"
 	"strings"
 	"time"
@@ -169,8 +170,11 @@ func normalizeSubscription(p *pubsubpb.Subscription) error {
 	if err := normalizeRetryPolicy(p.GetRetryPolicy()); err != nil {
 		return err
 	}
-	if p.GetPushConfig().GetPushEndpoint() != "" || p.GetBigqueryConfig() != nil || p.GetCloudStorageConfig() != nil {
-		return status.Error(codes.Unimplemented, "orderingtest: only pull subscriptions are modelled")
+	if p.GetBigqueryConfig() != nil || p.GetCloudStorageConfig() != nil {
+		return status.Error(codes.Unimplemented, "orderingtest: only pull and push subscriptions are modelled")
+	}
+	if err := normalizePush(p); err != nil {
+		return err
 	}
 	p.State = pubsubpb.Subscription_ACTIVE
 	return nil
@@ -197,6 +201,40 @@ func normalizeRetryPolicy(rp *pubsubpb.RetryPolicy) error {
 		return invalid("retry policy maximum backoff %v outside [0, %v]", hi.AsDuration(), maxBackoff)
 	case lo.AsDuration() > hi.AsDuration():
 		return invalid("retry policy minimum backoff %v above the maximum, %v", lo.AsDuration(), hi.AsDuration())
+	}
+	return nil
+}
+
+// normalizePush validates a push subscription's configuration and fills in
+// the service's defaults: the wrapped format, and the push format's
+// version, x-goog-version, v1. The endpoint must be an absolute URL. The
+// service requires https; the fake also takes http, as the emulator does,
+// since tests serve endpoints with httptest. A push subscription takes no
+// exactly-once delivery, which the service offers on pull only, and an
+// OIDC token names the service account it signs as.
+func normalizePush(p *pubsubpb.Subscription) error {
+	pc := p.GetPushConfig()
+	if pc.GetPushEndpoint() == "" {
+		return nil
+	}
+	u, err := url.Parse(pc.GetPushEndpoint())
+	if err != nil || !u.IsAbs() || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+		return invalid("invalid push endpoint %q: an absolute https (or, on this fake, http) URL is needed", pc.GetPushEndpoint())
+	}
+	if p.GetEnableExactlyOnceDelivery() {
+		return invalid("exactly-once delivery is not supported on push subscriptions")
+	}
+	if tok := pc.GetOidcToken(); tok != nil && tok.GetServiceAccountEmail() == "" {
+		return invalid("a push OIDC token needs a service account email")
+	}
+	if pc.Wrapper == nil {
+		pc.Wrapper = &pubsubpb.PushConfig_PubsubWrapper_{PubsubWrapper: &pubsubpb.PushConfig_PubsubWrapper{}}
+	}
+	if pc.Attributes["x-goog-version"] == "" {
+		if pc.Attributes == nil {
+			pc.Attributes = map[string]string{}
+		}
+		pc.Attributes["x-goog-version"] = "v1"
 	}
 	return nil
 }
