@@ -157,6 +157,15 @@
 //     service's push backoff. Give a test's subscription a small retry
 //     policy to keep it quick. Dead-lettering, delivery attempts,
 //     Deliveries and Stats work as on pull.
+//   - With an OIDC token, each request carries "Authorization: Bearer"
+//     and a JWT signed RS256 by the server's own key, with a kid, and the
+//     claims of Google's push tokens: iss https://accounts.google.com, aud
+//     (the token's audience or, without one, the endpoint's URL), email
+//     and email_verified, sub and azp, iat, and exp an hour later.
+//     [Server.TokenValidator] returns a real idtoken validator that trusts
+//     that key, so that an endpoint's production verification runs in
+//     tests. [Server.PushClaims], [Server.SignToken] and
+//     [Server.ForgeToken] make the tokens an endpoint must refuse.
 //   - Endpoints must be absolute URLs. The service takes only https; the
 //     fake also takes http, as the emulator does, since tests serve
 //     endpoints with httptest. For https endpoints with a test's
@@ -195,15 +204,14 @@
 //
 // Of push: changing a subscription's push configuration (ModifyPushConfig
 // is Unimplemented, and UpdateSubscription refuses push_config), and
-// turning push into pull or back; OIDC tokens (a subscription may name
-// one, and its requests go without); push flow control, by which the service
+// turning push into pull or back; push flow control, by which the service
 // adapts how many requests it has in flight to the endpoint's answers (the
 // fake keeps to 32), and its push backoff across a whole subscription (the
 // fake backs off per message); the v1beta1 push format (x-goog-version is
 // reported, and v1 is sent whatever it says); and the attributes that
-// cannot be HTTP header names, which an unwrapped request with metadata leaves
-// out. The fake also serves Pull and StreamingPull on a push subscription,
-// beside its pushes: do not rely on that.
+// cannot be HTTP header names, which an unwrapped request with metadata
+// leaves out. The fake also serves Pull and StreamingPull on a push
+// subscription, beside its pushes: do not rely on that.
 //
 // # Cost
 //

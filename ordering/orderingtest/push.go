@@ -98,6 +98,7 @@ type push struct {
 	deadline time.Time                   // the lease's: the request is cancelled then
 	name     string                      // the subscription's
 	config   *pubsubpb.PushConfig        // replaced, never changed, by an update
+	token    string                      // the Authorization bearer token; "" for none
 }
 
 // run is one worker.
@@ -112,6 +113,12 @@ func (p *pusher) run() {
 			case <-p.ctx.Done():
 				return
 			}
+		}
+		if tok := next.config.GetOidcToken(); tok != nil {
+			// Signed outside the server's lock: the first signature
+			// makes the key. Should that fail, the request goes without
+			// a token, and the endpoint refuses it.
+			next.token, _ = p.srv.signer.pushToken(tok.GetServiceAccountEmail(), pushAudience(next.config))
 		}
 		for _, rm := range next.msgs {
 			p.send(next, rm)
@@ -140,6 +147,15 @@ func (p *pusher) take() (*push, <-chan struct{}) {
 		name:     sub.proto.GetName(),
 		config:   sub.proto.GetPushConfig(),
 	}, nil
+}
+
+// pushAudience is the audience of a push config's tokens: the one it names
+// or, as the service does, the endpoint's URL.
+func pushAudience(pc *pubsubpb.PushConfig) string {
+	if aud := pc.GetOidcToken().GetAudience(); aud != "" {
+		return aud
+	}
+	return pc.GetPushEndpoint()
 }
 
 // A pushOutcome is how a push request ended.
@@ -281,6 +297,9 @@ func pushRequest(ctx context.Context, next *push, rm *pubsubpb.ReceivedMessage) 
 		req.Header[k] = v
 	}
 	req.Header.Set("User-Agent", pushUserAgent)
+	if next.token != "" {
+		req.Header.Set("Authorization", "Bearer "+next.token)
+	}
 	return req, nil
 }
 

@@ -508,6 +508,87 @@ func TestPushStatusCodes(t *testing.T) {
 	}
 }
 
+// TestPushToken: with an OIDC token, each request carries a bearer token
+// that the server's TokenValidator accepts, for the audience the
+// subscription names or, without one, the endpoint's URL, with the claims
+// of Google's push tokens. Tokens signed otherwise, expired or for another
+// audience are refused.
+func TestPushToken(t *testing.T) {
+	t.Parallel()
+	const email = "pusher@keyorder-test.iam.gserviceaccount.com"
+	got := make(chan pushed, 2)
+	ep := newEndpoint(t, func(_ *http.Request, p pushed) int {
+		got <- p
+		return http.StatusOK
+	})
+	f := newFixture(t, nil)
+	for id, aud := range map[string]string{"default-aud": "", "named-aud": "https://example.com/push"} {
+		f.createSubscription(&pubsubpb.Subscription{Name: subName(id), Topic: f.topic, PushConfig: &pubsubpb.PushConfig{
+			PushEndpoint:         ep.URL + "/" + id,
+			AuthenticationMethod: &pubsubpb.PushConfig_OidcToken_{OidcToken: &pubsubpb.PushConfig_OidcToken{ServiceAccountEmail: email, Audience: aud}},
+		}})
+	}
+	v, err := f.srv.TokenValidator(f.ctx)
+	require.NoError(t, err)
+	_, err = f.client.TopicAdminClient.Publish(f.ctx, &pubsubpb.PublishRequest{Topic: f.topic, Messages: msgs(1, "")})
+	require.NoError(t, err)
+
+	for range 2 {
+		p := recv(t, got, "a request")
+		aud := map[string]string{"/default-aud": ep.URL + "/default-aud", "/named-aud": "https://example.com/push"}[p.path]
+		tok, ok := strings.CutPrefix(p.header.Get("Authorization"), "Bearer ")
+		require.True(t, ok, "a bearer token: %q", p.header.Get("Authorization"))
+		payload, err := v.Validate(f.ctx, tok, aud)
+		require.NoError(t, err, p.path)
+		assert.Equal(t, "https://accounts.google.com", payload.Issuer)
+		assert.Equal(t, aud, payload.Audience)
+		assert.Equal(t, int64(3600), payload.Expires-payload.IssuedAt)
+		assert.WithinDuration(t, time.Now(), time.Unix(payload.IssuedAt, 0), time.Minute)
+		assert.Equal(t, email, payload.Claims["email"])
+		assert.Equal(t, true, payload.Claims["email_verified"])
+		assert.NotEmpty(t, payload.Subject)
+		assert.Equal(t, payload.Subject, payload.Claims["azp"])
+		_, err = v.Validate(f.ctx, tok, "https://elsewhere.example.com")
+		assert.Error(t, err, "another audience")
+	}
+
+	aud := "https://example.com/push"
+	sign := func(edit func(map[string]any)) string {
+		claims := f.srv.PushClaims(email, aud)
+		edit(claims)
+		tok, err := f.srv.SignToken(claims)
+		require.NoError(t, err)
+		return tok
+	}
+	good := sign(func(map[string]any) {})
+	payload, err := v.Validate(f.ctx, good, aud)
+	require.NoError(t, err, "a token SignToken made of PushClaims")
+	assert.Equal(t, email, payload.Claims["email"])
+
+	other := sign(func(c map[string]any) { c["email"] = "intruder@example.com" })
+	payload, err = v.Validate(f.ctx, other, aud)
+	require.NoError(t, err, "the validator leaves the email to the endpoint")
+	assert.Equal(t, "intruder@example.com", payload.Claims["email"])
+
+	forged, err := f.srv.ForgeToken(f.srv.PushClaims(email, aud))
+	require.NoError(t, err)
+	for name, tok := range map[string]string{
+		"expired":        sign(func(c map[string]any) { c["exp"] = time.Now().Add(-time.Minute).Unix() }),
+		"wrong audience": sign(func(c map[string]any) { c["aud"] = "https://elsewhere.example.com" }),
+		"forged":         forged,
+		"tampered":       good[:strings.LastIndex(good, ".")] + "." + strings.Repeat("A", 342),
+		"not a token":    "hello",
+	} {
+		_, err := v.Validate(f.ctx, tok, aud)
+		assert.Error(t, err, name)
+	}
+	otherServer := orderingtest.Start(t)
+	stranger, err := otherServer.SignToken(otherServer.PushClaims(email, aud))
+	require.NoError(t, err)
+	_, err = v.Validate(f.ctx, stranger, aud)
+	assert.Error(t, err, "another server's key is not trusted")
+}
+
 // TestPushTLS: the server pushes to https endpoints with the client
 // WithPushClient gives it; its own client does not trust a test's
 // certificate, and the push fails.

@@ -57,6 +57,8 @@ type Server struct {
 	faults     []*Fault
 	changed    chan struct{} // closed on the next state change; made by WaitFor
 	pushClient *http.Client  // what pushers send with; made with the first push subscription
+
+	signer signer // the key push tokens are signed with; guarded by its own lock
 }
 
 // New starts a server on a free port of 127.0.0.1, or where WithAddress
