@@ -1,6 +1,7 @@
 package orderingtest_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -242,3 +243,46 @@ func TestSubscriptionLifecycle(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestRetryPolicyValidation: a retry policy keeps to the service's bounds,
+// and gets its defaults, 10 s and 600 s, for the backoffs it leaves unset.
+func TestRetryPolicyValidation(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	policy := func(lo, hi *time.Duration) *pubsubpb.RetryPolicy {
+		rp := &pubsubpb.RetryPolicy{}
+		if lo != nil {
+			rp.MinimumBackoff = durationpb.New(*lo)
+		}
+		if hi != nil {
+			rp.MaximumBackoff = durationpb.New(*hi)
+		}
+		return rp
+	}
+	for i, tc := range []struct {
+		name     string
+		policy   *pubsubpb.RetryPolicy
+		code     codes.Code
+		min, max time.Duration // reported
+	}{
+		{name: "defaults", policy: policy(nil, nil), min: 10 * time.Second, max: 600 * time.Second},
+		{name: "zero", policy: policy(ptr(time.Duration(0)), ptr(time.Duration(0)))},
+		{name: "small", policy: policy(ptr(10*time.Millisecond), ptr(time.Second)), min: 10 * time.Millisecond, max: time.Second},
+		{name: "over 600 s", policy: policy(nil, ptr(601*time.Second)), code: codes.InvalidArgument},
+		{name: "negative", policy: policy(ptr(-time.Second), nil), code: codes.InvalidArgument},
+		{name: "minimum over maximum", policy: policy(ptr(2*time.Second), ptr(time.Second)), code: codes.InvalidArgument},
+		{name: "minimum over the default maximum", policy: policy(ptr(601*time.Second), nil), code: codes.InvalidArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := f.client.SubscriptionAdminClient.CreateSubscription(f.ctx, &pubsubpb.Subscription{
+				Name: subName(fmt.Sprint("retry-", i)), Topic: f.topic, RetryPolicy: tc.policy,
+			})
+			require.Equal(t, tc.code, status.Code(err), "%v", err)
+			if tc.code != codes.OK {
+				return
+			}
+			assert.Equal(t, tc.min, got.RetryPolicy.MinimumBackoff.AsDuration())
+			assert.Equal(t, tc.max, got.RetryPolicy.MaximumBackoff.AsDuration())
+		})
+	}
+}

@@ -14,21 +14,36 @@ import (
 	"github.com/keyorder/keyorder/internal/harness"
 )
 
+// The dead-letter topic of the tests, and a subscription to it.
+var deadTopic, deadSub = topicName("dead"), subName("dead")
+
+// deadLettering creates deadTopic and deadSub, and an ordered subscription
+// "src" to the fixture's topic that forwards messages to deadTopic after
+// attempts delivery attempts (0: the service's default), which edit may
+// change before it is created. It returns the subscription's name.
+func (f *fixture) deadLettering(attempts int32, edit func(*pubsubpb.Subscription)) string {
+	f.t.Helper()
+	f.createTopic(&pubsubpb.Topic{Name: deadTopic})
+	f.createSubscription(&pubsubpb.Subscription{Name: deadSub, Topic: deadTopic})
+	src := &pubsubpb.Subscription{
+		Name: subName("src"), Topic: f.topic, EnableMessageOrdering: true,
+		DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{DeadLetterTopic: deadTopic, MaxDeliveryAttempts: attempts},
+	}
+	if edit != nil {
+		edit(src)
+	}
+	f.createSubscription(src)
+	return src.Name
+}
+
 // TestDeadLetter: a message nacked on every attempt is delivered
 // max_delivery_attempts times, with delivery_attempt counting up, then
 // forwarded to the dead-letter topic, payload and key intact, while its
 // key goes on without it.
 func TestDeadLetter(t *testing.T) {
 	t.Parallel()
-	dlq, dlqSub := topicName("dead"), subName("dead")
 	f := newFixture(t, nil)
-	f.createTopic(&pubsubpb.Topic{Name: dlq})
-	f.createSubscription(&pubsubpb.Subscription{Name: dlqSub, Topic: dlq})
-	src := subName("src")
-	f.createSubscription(&pubsubpb.Subscription{
-		Name: src, Topic: f.topic, EnableMessageOrdering: true,
-		DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{DeadLetterTopic: dlq, MaxDeliveryAttempts: 5},
-	})
+	src := f.deadLettering(5, nil)
 
 	var mu sync.Mutex
 	var attempts []int
@@ -52,7 +67,7 @@ func TestDeadLetter(t *testing.T) {
 		m.Nack()
 	})
 	dead := make(chan *pubsub.Message, 1)
-	f.receive(dlqSub, nil, func(_ context.Context, m *pubsub.Message) {
+	f.receive(deadSub, nil, func(_ context.Context, m *pubsub.Message) {
 		m.Ack()
 		dead <- m
 	})
@@ -69,7 +84,7 @@ func TestDeadLetter(t *testing.T) {
 	assert.Equal(t, []int{1, 2, 3, 4, 5}, attempts)
 	assert.GreaterOrEqual(t, later, 1, "the key went on past the dead-lettered message")
 	mu.Unlock()
-	assert.Len(t, f.srv.Messages(dlq), 1)
+	assert.Len(t, f.srv.Messages(deadTopic), 1)
 	assert.Equal(t, 5, f.srv.Stats(src).Nacked)
 }
 
@@ -94,14 +109,8 @@ func TestDeliveryAttemptNeedsPolicy(t *testing.T) {
 // the tail is redelivered.
 func TestDeadLetteredStaysGone(t *testing.T) {
 	t.Parallel()
-	dlq := topicName("dead")
 	f := newFixture(t, nil)
-	f.createTopic(&pubsubpb.Topic{Name: dlq})
-	src := subName("src")
-	f.createSubscription(&pubsubpb.Subscription{
-		Name: src, Topic: f.topic, EnableMessageOrdering: true,
-		DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{DeadLetterTopic: dlq, MaxDeliveryAttempts: 5},
-	})
+	src := f.deadLettering(5, nil)
 
 	held := make(chan *pubsub.Message, 1)
 	var mu sync.Mutex
@@ -135,7 +144,7 @@ func TestDeadLetteredStaysGone(t *testing.T) {
 	})
 	first.Ack() // stale: its lease was revoked by the redelivery
 	assert.Equal(t, 1, f.srv.Stats(src).DeadLettered)
-	assert.Len(t, f.srv.Messages(dlq), 1, "forwarded once")
+	assert.Len(t, f.srv.Messages(deadTopic), 1, "forwarded once")
 	var k2 int
 	for _, d := range f.srv.Deliveries(src) {
 		if d.Seq == 2 {
@@ -151,18 +160,11 @@ func TestDeadLetteredStaysGone(t *testing.T) {
 // subscription's ID and project, and the original publish time.
 func TestDeadLetterAttributes(t *testing.T) {
 	t.Parallel()
-	dlq, dlqSub := topicName("dead"), subName("dead")
 	f := newFixture(t, nil)
-	f.createTopic(&pubsubpb.Topic{Name: dlq})
-	f.createSubscription(&pubsubpb.Subscription{Name: dlqSub, Topic: dlq})
-	src := subName("src")
-	f.createSubscription(&pubsubpb.Subscription{
-		Name: src, Topic: f.topic, EnableMessageOrdering: true,
-		DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{DeadLetterTopic: dlq, MaxDeliveryAttempts: 6},
-	})
+	src := f.deadLettering(6, nil)
 	f.receive(src, nil, func(_ context.Context, m *pubsub.Message) { m.Nack() })
 	dead := make(chan *pubsub.Message, 1)
-	f.receive(dlqSub, nil, func(_ context.Context, m *pubsub.Message) {
+	f.receive(deadSub, nil, func(_ context.Context, m *pubsub.Message) {
 		m.Ack()
 		dead <- m
 	})

@@ -151,15 +151,15 @@ func (sub *subscription) deliverKey(b *batch, k *keyState) bool {
 }
 
 // putBack queues a key the batch had no room for. With messages
-// outstanding, the key stays with its stream (on Pull, it waits for its
-// batch to settle); with none, any stream may take it.
+// outstanding, the key stays with its stream (on Pull and push, it waits
+// for its batch to settle); with none, any stream may take it.
 func (sub *subscription) putBack(st *stream, k *keyState) {
 	switch {
 	case k.outstanding == 0:
 		k.stream = nil
 		k.queued = true
 		sub.waiting.push(k)
-	case !st.pull:
+	case !st.unary:
 		k.queued = true
 		st.ready.push(k)
 	}

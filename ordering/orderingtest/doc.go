@@ -32,7 +32,7 @@
 // topics (create, get, delete, list, list subscriptions), subscriptions
 // (create, get, update, delete, list), Publish, StreamingPull, Pull,
 // Acknowledge, ModifyAckDeadline, and Seek to a time. Other RPCs return
-// Unimplemented.
+// Unimplemented. Push subscriptions get HTTP requests: see Push below.
 //
 // # Fidelity
 //
@@ -50,10 +50,11 @@
 //     subsequent messages for that key, even acknowledged ones").
 //   - Unordered subscriptions, and messages without a key, go to any stream
 //     with room, in no promised order.
-//   - Leases last the stream's ack deadline (the subscription's for Pull);
-//     ModifyAckDeadline extends them, and 0 nacks. [WithAckDeadline]
-//     shrinks them for tests. Streams honour MaxOutstandingMessages and
-//     MaxOutstandingBytes, and responses carry up to 1000 messages.
+//   - Leases last the stream's ack deadline (the subscription's for Pull
+//     and push); ModifyAckDeadline extends them, and 0 nacks.
+//     [WithAckDeadline] shrinks them for tests. Streams honour
+//     MaxOutstandingMessages and MaxOutstandingBytes, and responses carry
+//     up to 1000 messages.
 //   - After max_delivery_attempts a message is forwarded to the dead-letter
 //     topic and removed from the subscription: no later tail redelivery
 //     brings it back. Its key goes on without it, so order is not kept, as
@@ -96,6 +97,9 @@
 //   - A deleted topic's subscriptions remain, report the topic as
 //     "_deleted-topic_" and receive nothing new. A deleted subscription is
 //     gone from ListTopicSubscriptions at once.
+//   - Retry policies are validated and completed as the service does it:
+//     backoffs of 0 to 600 s, the minimum no greater than the maximum
+//     (defaults 10 s and 600 s). Push follows them; see Push.
 //   - [WithLatency] gives publishes and deliveries the round trips they
 //     take on the service: a Publish answers d later, and a message
 //     reaches a subscriber d after it became deliverable, so a design that
@@ -124,6 +128,52 @@
 // [AnyMessage]. Each returns a [Fault] that counts its firings and can be
 // awaited and removed.
 //
+// # Push
+//
+// A subscription created with a push endpoint gets each message as an HTTP
+// POST, as the service sends it ("Receive messages using push"):
+//
+//   - At most one message of an ordering key is outstanding at a time: the
+//     key's next message goes once the endpoint acknowledged the previous
+//     one, or it was dead-lettered. Messages of other keys, and messages
+//     without order, go side by side, up to 32 requests in flight per
+//     subscription.
+//   - The body is the JSON envelope the service sends: {"message":
+//     {"attributes", "data" (base64), "messageId", "message_id",
+//     "publishTime", "publish_time", "orderingKey"}, "subscription",
+//     "deliveryAttempt"}, with deliveryAttempt only on subscriptions with a
+//     dead-letter policy and empty fields left out. With NoWrapper the body
+//     is the data, and with write_metadata the attributes travel as headers
+//     of their own names (those that can be header names) and the metadata
+//     as x-goog-pubsub-subscription-name, -message-id, -publish-time,
+//     -ordering-key and -delivery-attempt headers.
+//   - 102, 200, 201, 202 and 204 acknowledge; any other answer, a
+//     redirect included, or none at all, is a nack, counted in
+//     Stats.Nacked. A request not answered within the ack deadline (the
+//     subscription's, or WithAckDeadline's) is cancelled, and its lease
+//     expires, counted in Stats.Expired.
+//   - A failed message is pushed again after a backoff that doubles with
+//     each failure from the retry policy's minimum to its maximum or,
+//     without a retry policy, from 100 ms to 60 s, the bounds of the
+//     service's push backoff. Give a test's subscription a small retry
+//     policy to keep it quick. Dead-lettering, delivery attempts,
+//     Deliveries and Stats work as on pull.
+//   - With an OIDC token, each request carries "Authorization: Bearer"
+//     and a JWT signed RS256 by the server's own key, with a kid, and the
+//     claims of Google's push tokens: iss https://accounts.google.com, aud
+//     (the token's audience or, without one, the endpoint's URL), email
+//     and email_verified, sub and azp, iat, and exp an hour later.
+//     [Server.TokenValidator] returns a real idtoken validator that trusts
+//     that key, so that an endpoint's production verification runs in
+//     tests. [Server.PushClaims], [Server.SignToken] and
+//     [Server.ForgeToken] make the tokens an endpoint must refuse.
+//   - Endpoints must be absolute URLs. The service takes only https; the
+//     fake also takes http, as the emulator does, since tests serve
+//     endpoints with httptest. For https endpoints with a test's
+//     certificate, see [WithPushClient].
+//   - Deleting the subscription, or closing the server, cancels the
+//     requests in flight.
+//
 // # Observation
 //
 // [Server.Messages] lists what was published to a topic, [Server.Deliveries]
@@ -141,16 +191,28 @@
 //
 // # Not modelled
 //
-// Snapshots; filters beyond attribute equality and presence; push, BigQuery and Cloud Storage subscriptions;
-// schemas and message transforms; UpdateTopic; retry policy backoff
-// (redelivery is immediate); the expiry of idle subscriptions (the
-// expiration policy is reported, never applied); the expiry of
-// unacknowledged messages after the subscription's retention; publish
-// throughput quotas, including about 1 MB/s per ordering key; latency's
-// jitter, and latency on acks, deadline changes and admin calls (with
-// WithLatency they take effect at once); and the acknowledge confirmations the service sends on a StreamingPull stream of
+// Snapshots; filters beyond attribute equality and presence; BigQuery and
+// Cloud Storage subscriptions; schemas and message transforms; UpdateTopic;
+// retry policy backoff on pull (redelivery is immediate there); the expiry
+// of idle subscriptions (the expiration policy is reported, never applied);
+// the expiry of unacknowledged messages after the subscription's
+// retention; publish throughput quotas, including about 1 MB/s per
+// ordering key; latency's jitter, and latency on acks, deadline changes
+// and admin calls (with WithLatency they take effect at once); the
+// acknowledge confirmations the service sends on a StreamingPull stream of
 // an exactly-once subscription (acks sent on the stream are applied, but
 // not confirmed there).
+//
+// Of push: changing a subscription's push configuration (ModifyPushConfig
+// is Unimplemented, and UpdateSubscription refuses push_config), and
+// turning push into pull or back; push flow control, by which the service
+// adapts how many requests it has in flight to the endpoint's answers (the
+// fake keeps to 32), and its push backoff across a whole subscription (the
+// fake backs off per message); the v1beta1 push format (x-goog-version is
+// reported, and v1 is sent whatever it says); and the attributes that
+// cannot be HTTP header names, which an unwrapped request with metadata
+// leaves out. The fake also serves Pull and StreamingPull on a push
+// subscription, beside its pushes: do not rely on that.
 //
 // # Cost
 //
@@ -158,5 +220,9 @@
 // delivery for the life of the Server, which suits tests, not long runs.
 // With the official client's default settings it receives about 10,000
 // messages a second on one stream, bound by the client's flow control as
-// on the service; pstest receives about 100.
+// on the service; pstest receives about 100. A push subscription runs 32
+// goroutines while it exists. The first push with an OIDC token, or the
+// first call of TokenValidator, SignToken or ForgeToken, makes a 2048-bit
+// RSA key: some tens of milliseconds. A server that neither pushes nor
+// delays pays for neither.
 package orderingtest

@@ -20,7 +20,8 @@ type Delivery struct {
 	// lease expired: the service's delivery_attempt. Tail redeliveries and
 	// Seek do not count.
 	Attempt int
-	// Stream identifies the StreamingPull stream, starting at 1; 0 is Pull.
+	// Stream identifies the StreamingPull stream, starting at 1; 0 is Pull
+	// or push.
 	Stream int
 	AckID  string
 	// Outstanding is how many messages of the same ordering key were
@@ -49,9 +50,9 @@ type Stats struct {
 	Delivered     int // messages sent, redeliveries and duplicates included
 	Duplicated    int // copies sent by DuplicateDeliveries
 	Acked         int // acks applied; dropped and stale ones are not counted
-	Nacked        int // leases ended by a ModifyAckDeadline of 0
+	Nacked        int // leases ended by a ModifyAckDeadline of 0, or on push by a failure
 	AckFailures   int // ack IDs of acks and modacks an exactly-once subscription failed (see AckFailure)
-	Expired       int // leases that ran out
+	Expired       int // leases that ran out; on push, requests not answered within the ack deadline
 	DeadLettered  int // messages forwarded to the dead-letter topic
 	Outstanding   int // leases held now
 	Streams       int // StreamingPull streams open now

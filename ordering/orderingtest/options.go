@@ -2,6 +2,7 @@ package orderingtest
 
 import (
 	"fmt"
+	"net/http"
 	"time"
 )
 
@@ -17,6 +18,7 @@ type config struct {
 	ackDeadline  time.Duration // 0: honour the deadlines clients ask for
 	responseSize int           // messages per StreamingPull response, at most
 	latency      time.Duration // added to each publish and each delivery
+	pushClient   *http.Client  // nil: a client of the server's own
 }
 
 // DefaultAddress is where a Server listens unless WithAddress says
@@ -92,4 +94,14 @@ func WithResponseSize(n int) Option {
 // The default, 0, adds nothing, and costs nothing. d must be in [0, 1 min].
 func WithLatency(d time.Duration) Option {
 	return func(c *config) { c.latency = d }
+}
+
+// WithPushClient makes the server send push requests with a copy of c,
+// which never follows redirects (the service counts a redirect as a
+// failure). Use it for endpoints served with TLS: an httptest.NewTLSServer's
+// Client() trusts the test's certificate. Close closes the copy's idle
+// connections, which are c's transport's. By default the server pushes
+// with a client of its own, which trusts the system's roots.
+func WithPushClient(c *http.Client) Option {
+	return func(cfg *config) { cfg.pushClient = c }
 }

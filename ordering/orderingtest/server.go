@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"regexp"
 	"slices"
 	"strings"
@@ -55,6 +56,9 @@ type Server struct {
 	log        []Delivery
 	faults     []*Fault
 	changed    chan struct{} // closed on the next state change; made by WaitFor
+	pushClient *http.Client  // what pushers send with; made with the first push subscription
+
+	signer signer // the key push tokens are signed with; guarded by its own lock
 }
 
 // New starts a server on a free port of 127.0.0.1, or where WithAddress
@@ -119,17 +123,25 @@ func Start(tb testing.TB, opts ...Option) *Server {
 }
 
 // Close stops the server: open streams end with Unavailable, held Publish
-// calls fail, and Close returns once every goroutine the server started has
-// exited. It is idempotent and always returns nil.
+// calls fail, push requests in flight are cancelled, and Close returns once
+// every goroutine the server started has exited. It is idempotent and
+// always returns nil.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.closed = true
 		close(s.done)
+		for _, sub := range s.subs {
+			sub.stopPush()
+		}
 		s.mu.Unlock()
 		s.grpc.Stop()
 		s.wg.Wait()
 		s.timer.Stop()
+		if s.pushClient != nil {
+			// No pusher is left to use it: let its connections go.
+			s.pushClient.CloseIdleConnections()
+		}
 	})
 	return nil
 }

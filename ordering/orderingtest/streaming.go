@@ -10,13 +10,15 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// A stream is one open StreamingPull call, or, with pull set, the stand-in
-// for every Pull call of a subscription. Fields other than the channels are
-// guarded by Server.mu.
+// A stream is one open StreamingPull call or, with unary set, a stand-in:
+// for every Pull call of a subscription, or for every push request of a
+// push subscription. A stand-in has no channels, and holds a key's
+// messages one batch at a time. Fields other than the channels are guarded
+// by Server.mu.
 type stream struct {
-	id   int // 0 for Pull
-	sub  *subscription
-	pull bool
+	id    int // 0 for a stand-in
+	sub   *subscription
+	unary bool
 
 	wakeC   chan struct{}   // capacity 1: work may be available; nil for Pull
 	kill    chan struct{}   // closed by end; nil for Pull
@@ -54,9 +56,9 @@ func (st *stream) end(err error) {
 }
 
 // leaseLength is the deadline a delivery on this stream asks for: the
-// stream's ack deadline, or the subscription's for Pull.
+// stream's ack deadline, or the subscription's for Pull and push.
 func (st *stream) leaseLength() time.Duration {
-	if st.pull {
+	if st.unary {
 		return time.Duration(st.sub.proto.GetAckDeadlineSeconds()) * time.Second
 	}
 	return st.ackDeadline

@@ -44,6 +44,9 @@ func (svc subscriberService) CreateSubscription(_ context.Context, req *pubsubpb
 	sub := newSubscription(s, p, t, s.nextSub)
 	s.subs[p.GetName()] = sub
 	t.subs[sub] = struct{}{} // it receives what is published from now on
+	if p.GetPushConfig().GetPushEndpoint() != "" {
+		sub.pusher = s.startPusherLocked(sub)
+	}
 	return proto.Clone(p).(*pubsubpb.Subscription), nil
 }
 

@@ -30,6 +30,7 @@ type subscription struct {
 	acked   []*message           // acknowledged and retained for Seek (retain_acked_messages)
 	avail   chan struct{}        // closed when work may be available; Pull waits on it
 	epoch   int                  // counts resets; delayed actions from an earlier epoch are void
+	pusher  *pusher              // nil unless the subscription pushes (push.go)
 	stats   Stats
 }
 
@@ -45,7 +46,7 @@ func newSubscription(s *Server, p *pubsubpb.Subscription, t *topic, id int64) *s
 		streams: map[*stream]struct{}{},
 		leases:  map[string]*lease{},
 	}
-	sub.pull = &stream{sub: sub, pull: true}
+	sub.pull = &stream{sub: sub, unary: true}
 	return sub
 }
 
@@ -95,11 +96,13 @@ func (sub *subscription) route(k *keyState) {
 		k.queued = true
 		sub.waiting.push(k)
 		sub.wakeAll()
-	case st.closed || st.pull:
+	case st.closed || st.unary:
 		// The key waits until its outstanding messages settle. A closed
-		// stream's client may still ack them, and Pull allows only one
-		// batch per key at a time ("Only one batch of messages can be
-		// outstanding for an ordering key at a time").
+		// stream's client may still ack them, Pull allows only one batch
+		// per key at a time ("Only one batch of messages can be
+		// outstanding for an ordering key at a time"), and push one
+		// message: the service keeps one message outstanding per
+		// ordering key on a push subscription.
 	default:
 		k.queued = true
 		st.ready.push(k)
@@ -218,12 +221,21 @@ func (sub *subscription) fail(l *lease) {
 	sub.settle(l)
 	e := l.entry
 	e.failures++ // delivery attempts = 1 + nacks + expired deadlines
+	var backoff time.Duration
+	if sub.pusher != nil {
+		// On push the service backs off; on pull the fake redelivers at
+		// once (retry policies are not modelled there).
+		backoff = sub.pushBackoff(e.failures)
+	}
 	if e.key == nil {
-		e.due = sub.srv.dueAfter(0)
+		e.due = sub.srv.dueAfter(backoff)
 		sub.line(e)
 		return
 	}
 	sub.rewind(e.key, e.key.index(e))
+	if backoff > 0 {
+		e.due = sub.srv.dueAfter(backoff)
+	}
 	sub.route(e.key)
 }
 
@@ -284,6 +296,7 @@ func (sub *subscription) closeStream(st *stream) {
 // remove tears the subscription down when it is deleted.
 func (sub *subscription) remove() {
 	sub.deleted = true
+	sub.stopPush()
 	for st := range sub.streams {
 		st.end(status.Errorf(codes.NotFound, "orderingtest: subscription %s deleted", sub.proto.GetName()))
 	}
@@ -307,4 +320,12 @@ func (sub *subscription) reset() {
 		st.ready.clear()
 	}
 	sub.acked = nil
+}
+
+// stopPush ends the subscription's push workers, if it has any, and
+// cancels their requests in flight. Server.Close waits for them.
+func (sub *subscription) stopPush() {
+	if sub.pusher != nil {
+		sub.pusher.cancel()
+	}
 }

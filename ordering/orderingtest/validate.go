@@ -1,6 +1,7 @@
 package orderingtest
 
 import (
+	"net/url"
 	"regexp"
 	"strings"
 	"time"
@@ -39,6 +40,8 @@ const (
 	defaultDeliveryAttempts  = 5
 	minDeliveryAttempts      = 5
 	maxDeliveryAttempts      = 100
+	defaultMinBackoff        = 10 * time.Second
+	maxBackoff               = 600 * time.Second
 )
 
 // A resource ID starts with a letter, is 3 to 255 characters of letters,
@@ -164,10 +167,75 @@ func normalizeSubscription(p *pubsubpb.Subscription) error {
 	if _, err := parseFilter(p.GetFilter()); err != nil {
 		return err
 	}
-	if p.GetPushConfig().GetPushEndpoint() != "" || p.GetBigqueryConfig() != nil || p.GetCloudStorageConfig() != nil {
-		return status.Error(codes.Unimplemented, "orderingtest: only pull subscriptions are modelled")
+	if err := normalizeRetryPolicy(p.GetRetryPolicy()); err != nil {
+		return err
+	}
+	if p.GetBigqueryConfig() != nil || p.GetCloudStorageConfig() != nil {
+		return status.Error(codes.Unimplemented, "orderingtest: only pull and push subscriptions are modelled")
+	}
+	if err := normalizePush(p); err != nil {
+		return err
 	}
 	p.State = pubsubpb.Subscription_ACTIVE
+	return nil
+}
+
+// normalizeRetryPolicy applies the service's bounds to a retry policy and
+// fills in its defaults: backoffs of 0 to 600 s, 10 s at least and 600 s
+// at most unless set, the minimum no greater than the maximum.
+func normalizeRetryPolicy(rp *pubsubpb.RetryPolicy) error {
+	if rp == nil {
+		return nil
+	}
+	if rp.MinimumBackoff == nil {
+		rp.MinimumBackoff = durationpb.New(defaultMinBackoff)
+	}
+	if rp.MaximumBackoff == nil {
+		rp.MaximumBackoff = durationpb.New(maxBackoff)
+	}
+	lo, hi := rp.GetMinimumBackoff(), rp.GetMaximumBackoff()
+	switch {
+	case !lo.IsValid() || lo.AsDuration() < 0 || lo.AsDuration() > maxBackoff:
+		return invalid("retry policy minimum backoff %v outside [0, %v]", lo.AsDuration(), maxBackoff)
+	case !hi.IsValid() || hi.AsDuration() < 0 || hi.AsDuration() > maxBackoff:
+		return invalid("retry policy maximum backoff %v outside [0, %v]", hi.AsDuration(), maxBackoff)
+	case lo.AsDuration() > hi.AsDuration():
+		return invalid("retry policy minimum backoff %v above the maximum, %v", lo.AsDuration(), hi.AsDuration())
+	}
+	return nil
+}
+
+// normalizePush validates a push subscription's configuration and fills in
+// the service's defaults: the wrapped format, and the push format's
+// version, x-goog-version, v1. The endpoint must be an absolute URL. The
+// service requires https; the fake also takes http, as the emulator does,
+// since tests serve endpoints with httptest. A push subscription takes no
+// exactly-once delivery, which the service offers on pull only, and an
+// OIDC token names the service account it signs as.
+func normalizePush(p *pubsubpb.Subscription) error {
+	pc := p.GetPushConfig()
+	if pc.GetPushEndpoint() == "" {
+		return nil
+	}
+	u, err := url.Parse(pc.GetPushEndpoint())
+	if err != nil || !u.IsAbs() || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+		return invalid("invalid push endpoint %q: an absolute https (or, on this fake, http) URL is needed", pc.GetPushEndpoint())
+	}
+	if p.GetEnableExactlyOnceDelivery() {
+		return invalid("exactly-once delivery is not supported on push subscriptions")
+	}
+	if tok := pc.GetOidcToken(); tok != nil && tok.GetServiceAccountEmail() == "" {
+		return invalid("a push OIDC token needs a service account email")
+	}
+	if pc.Wrapper == nil {
+		pc.Wrapper = &pubsubpb.PushConfig_PubsubWrapper_{PubsubWrapper: &pubsubpb.PushConfig_PubsubWrapper{}}
+	}
+	if pc.Attributes["x-goog-version"] == "" {
+		if pc.Attributes == nil {
+			pc.Attributes = map[string]string{}
+		}
+		pc.Attributes["x-goog-version"] = "v1"
+	}
 	return nil
 }
 
