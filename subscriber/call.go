@@ -99,7 +99,11 @@ func (r *receiver) invoke(j *job) (err error) {
 			err = &PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
-	return r.h(handlerContext{Context: j.ctx, life: r.handlerCtx}, &j.d)
+	life := j.life
+	if life == nil {
+		life = r.handlerCtx
+	}
+	return r.h(handlerContext{Context: j.ctx, life: life}, &j.d)
 }
 
 // judge decides what becomes of a call that ended with v.err (S5), and

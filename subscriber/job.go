@@ -25,8 +25,11 @@ type job struct {
 	stale []*pubsub.Message
 
 	// ctx is the official client's context for the first delivery: it
-	// carries the message's trace span to the handler.
-	ctx context.Context
+	// carries the message's trace span to the handler. life, when set,
+	// bounds the handler's context in place of the receiver's (a push
+	// request's); set before the job is shared.
+	ctx  context.Context
+	life context.Context
 
 	// d is what the handler sees. It is written only while no handler
 	// call of the job runs, under the lane's shard mutex.

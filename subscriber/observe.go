@@ -139,6 +139,7 @@ func newRecorder(s *Subscription, look gaugeSource) *recorder {
 	o.settledAs[outTail] = settled(outcomeHeld, "tail")
 	o.settledAs[outSkipped] = settled(outcomeAcked, "replay_range")
 	o.settledAs[outParked] = settled(outcomeParked, "")
+	o.settledAs[outRetried] = settled(outcomeNacked, "retry")
 	o.deadLettered = settled(outcomeDeadLettered, "failed")
 	for i, c := range callOutcomes {
 		o.calledAs[i] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(sub, attribute.String(attrOutcome, c)))}
@@ -238,6 +239,15 @@ func (o *recorder) sequenceGap(ctx context.Context, key, producer string, first,
 	o.log.LogAttrs(ctx, slog.LevelWarn, "keyorder/subscriber: sequence gap",
 		slog.String("key", key), slog.String("producer", producer),
 		slog.String("first_missing", ordering.FormatSeq(first)), slog.String("last_missing", ordering.FormatSeq(last)))
+}
+
+// pushRefused logs a push request refused before the handler ran: a bad
+// or missing token, another account's, or a body that is not a push of
+// this subscription. At Warn: it is either a misconfiguration or someone
+// who should not be calling.
+func (o *recorder) pushRefused(ctx context.Context, status int, err error) {
+	o.log.LogAttrs(ctx, slog.LevelWarn, "keyorder/subscriber: push request refused",
+		slog.Int("status", status), slog.Any("error", err))
 }
 
 // sequenceDuplicate logs a message whose producer, key and sequence number

@@ -52,6 +52,7 @@ type config struct {
 	logger         *slog.Logger         // nil: slog.Default(), when Receive starts
 	policies       servicePolicies      // the service's, for a subscription created (policies.go)
 	topicRetention time.Duration        // for a topic created; 0 for none (subscription.go)
+	push           pushOptions          // push.go
 	parking        string               // the parking topic; "" for none (park.go)
 }
 
@@ -79,6 +80,14 @@ func newConfig(opts []Option) (config, error) {
 	}
 	if c.workers == 0 {
 		c.workers = followOutstanding(c.receive.MaxOutstandingMessages)
+	}
+	if p := c.push; p.endpoint != "" {
+		switch {
+		case p.email == "" && !p.unauthenticated:
+			return config{}, invalid("WithPush(%q) without WithPushAuth: anyone who knows the URL could deliver to it; add WithPushAuth, or WithUnauthenticatedPush if that is meant", p.endpoint)
+		case c.exactlyOnce:
+			return config{}, invalid("WithPush with WithExactlyOnceDelivery: the service delivers exactly once by pull only")
+		}
 	}
 	return c, nil
 }

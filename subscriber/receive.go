@@ -51,6 +51,8 @@ func (s *Subscription) Receive(ctx context.Context, h Handler) error {
 		return invalid("Receive on a nil Subscription")
 	case h == nil:
 		return invalid("Receive with nil handler")
+	case s.push.endpoint != "":
+		return invalid("Receive on %s, a push subscription: serve its PushHandler", s.name)
 	}
 	if !s.receiving.CompareAndSwap(false, true) {
 		return ErrReceiving
@@ -282,6 +284,7 @@ const (
 	outShutdown                    // nacked: Receive is shutting down (S7)
 	outSkipped                     // acked unrun: outside the range a Replay reads
 	outParked                      // acked unrun: moved to the parking topic (park.go)
+	outRetried                     // nacked: failed, for the service to push again (push.go)
 
 	numOutcomes // the number of outcomes, for tables indexed by outcome
 )
@@ -308,6 +311,11 @@ func (r *receiver) settle(j *job, out outcome) {
 		j.msg.Nack()
 	}
 	r.room.give(j)
+	r.count(j, out)
+}
+
+// count records how j was settled, in Stats and the metrics.
+func (r *receiver) count(j *job, out outcome) {
 	r.obs.settled(j, out, out == outFailed && r.deadLettered(j))
 	r.s.counts.settled[out].Add(1)
 }

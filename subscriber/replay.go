@@ -69,6 +69,7 @@ func Replay(ctx context.Context, client *pubsub.Client, topicID string, from tim
 		return err
 	}
 	cfg.parking = "" // the first failure stops Replay: nothing parks
+	cfg.push = pushOptions{}
 	switch {
 	case client == nil:
 		return invalid("Replay with nil client")

@@ -47,6 +47,10 @@ type Subscription struct {
 	// parking names the parking and control topics, nil without
 	// WithParking (park.go).
 	parking *parkingTopics
+	// push is the subscription's push configuration, set when made; and
+	// pushing its push endpoint, once PushHandler has made it (push.go).
+	push    pushSettings
+	pushing atomic.Pointer[pushDoor]
 }
 
 // CreateWithTopic returns the subscription subID of topic topicID, creating
@@ -87,6 +91,7 @@ func CreateWithTopic(ctx context.Context, client *pubsub.Client, topicID, subID 
 		if err := cfg.policies.apply(ctx, client, want); err != nil {
 			return nil, err
 		}
+		cfg.push.apply(want)
 		sub, err = client.SubscriptionAdminClient.CreateSubscription(ctx, want)
 		if status.Code(err) == codes.AlreadyExists { // created meanwhile by someone else
 			sub, err = client.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: name})
@@ -153,6 +158,10 @@ func newSubscription(ctx context.Context, client *pubsub.Client, sub *pubsubpb.S
 	}
 	s.policies = policiesOf(sub)
 	warnPolicies(client, s.name, s.topic, cfg.policies, s.policies)
+	s.push = pushSettingsOf(sub)
+	if err := cfg.push.check(s.name, s.push); err != nil {
+		return nil, err
+	}
 	if cfg.parking != "" {
 		var err error
 		if s.parking, err = setupParking(ctx, client, sub, cfg.parking); err != nil {
