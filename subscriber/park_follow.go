@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/keyorder/keyorder/internal/window"
 )
 
 // A follower reads the control log (park_log.go) through a subscription of
@@ -39,7 +41,7 @@ type follower struct {
 	// rp is the replayed state; seen the message IDs applied. Both guarded
 	// by mu.
 	rp   *logReplay
-	seen *window[struct{}]
+	seen *window.Window[struct{}]
 	// waiters are this process's events waiting for their verdict, by Seq;
 	// captures the snapshots it begun, waiting for the state at their
 	// begin, by nonce. Guarded by mu; each channel has room for its value.
@@ -92,7 +94,7 @@ func (f *follower) reset() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.rp = newLogReplay()
-	f.seen = newWindow[struct{}](appliedDedup)
+	f.seen = window.New[struct{}](appliedDedup)
 	f.publishView()
 }
 
@@ -188,10 +190,10 @@ func (f *follower) deliver(_ context.Context, m *pubsub.Message) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, dup := f.seen.get(m.ID); dup {
+	if _, dup := f.seen.Get(m.ID); dup {
 		return
 	}
-	f.seen.update(m.ID, func(struct{}) struct{} { return struct{}{} })
+	f.seen.Update(m.ID, func(struct{}) struct{} { return struct{}{} })
 	v := f.rp.apply(ev, m.PublishTime)
 	if ev.By == f.me {
 		if ch := f.waiters[ev.Seq]; ch != nil {
