@@ -3,11 +3,8 @@ package subscriber
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/keyorder/keyorder/publisher"
+	"github.com/keyorder/keyorder/subscriber/internal/ephemeral"
 )
 
 // Parking (WithParking) is a failure policy for poison messages: a message
@@ -106,10 +104,9 @@ func setupParking(ctx context.Context, client *pubsub.Client, sub *pubsubpb.Subs
 	if !sub.GetEnableMessageOrdering() {
 		return nil, invalid("WithParking: subscription %s has no message ordering", sub.GetName())
 	}
-	project, subID := splitName(sub.GetName())
 	t := &parkingTopics{
 		park:    fullName(client, "topics", topicID),
-		control: "projects/" + project + "/topics/" + derivedID(subID, "-parking-control"),
+		control: ephemeral.Name(sub.GetName(), "topics", "-parking-control"),
 	}
 	if _, err := retainedTopic(ctx, client, t.park); err != nil {
 		return nil, err
@@ -140,35 +137,6 @@ func retainedTopic(ctx context.Context, client *pubsub.Client, topic string) (ti
 		return 0, invalid("WithParking: topic %s has no message retention, which parking needs to read it back", topic)
 	}
 	return ret, nil
-}
-
-// splitName splits projects/P/subscriptions/S into P and S.
-func splitName(name string) (project, id string) {
-	rest, _ := strings.CutPrefix(name, "projects/")
-	project, id, _ = strings.Cut(rest, "/subscriptions/")
-	return project, id
-}
-
-// maxResourceID is the longest topic or subscription ID the service takes.
-const maxResourceID = 255
-
-// derivedID returns id with suffix, shortening id with a hash of it if the
-// whole would be too long.
-func derivedID(id, suffix string) string {
-	if len(id)+len(suffix) <= maxResourceID {
-		return id + suffix
-	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(id))
-	tag := fmt.Sprintf("-%08x", h.Sum32())
-	return id[:maxResourceID-len(suffix)-len(tag)] + tag + suffix
-}
-
-// newID returns a random ID for a Receive, a park or a snapshot.
-func newID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 // parking is a Receive's part in parking. It starts before the official
@@ -212,7 +180,7 @@ var fastPublish = func() pubsub.PublishSettings {
 // newParking makes the parking component of s, for r, or for a replay of
 // the log outside a Receive when r is nil.
 func newParking(s *Subscription, r *receiver) (*parking, error) {
-	p := &parking{r: r, topics: s.parking, me: newID(), stopLoop: make(chan struct{}), loopDone: make(chan struct{})}
+	p := &parking{r: r, topics: s.parking, me: ephemeral.NewID(), stopLoop: make(chan struct{}), loopDone: make(chan struct{})}
 	p.b.kick = make(chan struct{}, 1)
 	p.ops, p.cancelOps = context.WithCancel(context.Background())
 	var err error
@@ -345,7 +313,7 @@ func snapshotCheck() time.Duration {
 // snapshot publishes the state as a snapshot: a begin, then the state as
 // of the begin's place in the log, in parts.
 func (p *parking) snapshot(ctx context.Context) error {
-	nonce := newID()
+	nonce := ephemeral.NewID()
 	captured := p.f.capture(nonce)
 	defer p.f.dropCapture(nonce)
 	if _, err := p.record(ctx, &event{Kind: evSnapshotBegin, Nonce: nonce}); err != nil {

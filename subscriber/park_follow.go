@@ -12,12 +12,10 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/keyorder/keyorder/internal/window"
+	"github.com/keyorder/keyorder/subscriber/internal/ephemeral"
 )
 
 // A follower reads the control log (park_log.go) through a subscription of
@@ -33,8 +31,7 @@ import (
 type follower struct {
 	client  *pubsub.Client
 	topic   string // the control topic
-	project string // of the subscriptions it makes
-	subID   string // the subscription followed for, whose ID theirs extend
+	subName string // the subscription followed for, whose name theirs extend
 	me      string // the Receive (or Parked call) it follows for
 
 	mu sync.Mutex
@@ -82,8 +79,7 @@ func (v *parkView) parkOf(key string) string { return v.parked[key] }
 const appliedDedup = 10_000
 
 func newFollower(client *pubsub.Client, topic, subName, me string) *follower {
-	project, subID := splitName(subName)
-	f := &follower{client: client, topic: topic, project: project, subID: subID, me: me,
+	f := &follower{client: client, topic: topic, subName: subName, me: me,
 		waiters: map[uint64]chan verdict{}, captures: map[string]chan []*snapshotPart{}, changed: make(chan struct{})}
 	f.reset()
 	return f
@@ -98,19 +94,6 @@ func (f *follower) reset() {
 	f.publishView()
 }
 
-// ephemeral describes a subscription made for one reader: ordered, with
-// filter, keeping unacknowledged messages 10 minutes and expiring after a
-// day idle, the service's minimums. What it replays comes from the topic's
-// retention, not its own.
-func ephemeral(name, topic, filter string) *pubsubpb.Subscription {
-	return &pubsubpb.Subscription{
-		Name: name, Topic: topic, EnableMessageOrdering: true, Filter: filter,
-		AckDeadlineSeconds:       60,
-		MessageRetentionDuration: durationpb.New(10 * time.Minute),
-		ExpirationPolicy:         &pubsubpb.ExpirationPolicy{Ttl: durationpb.New(24 * time.Hour)},
-	}
-}
-
 // follow reads the control log from the time from on, live, until halt:
 // it makes a subscription of its own on the control topic, ordered, with a
 // filter that admits the log's state events and this follower's markers,
@@ -119,16 +102,16 @@ func ephemeral(name, topic, filter string) *pubsubpb.Subscription {
 // stopped could have its messages sent to the stream still closing.
 func (f *follower) follow(ctx context.Context, from time.Time) error {
 	f.follows++
-	sub := "projects/" + f.project + "/subscriptions/" + derivedID(f.subID, fmt.Sprintf("-parking-%s-%d", f.me, f.follows))
+	sub := ephemeral.Name(f.subName, "subscriptions", fmt.Sprintf("-parking-%s-%d", f.me, f.follows))
 	admin := f.client.SubscriptionAdminClient
 	filter := `attributes.` + attrState + ` = "1" OR attributes.` + attrTo + ` = "` + f.me + `"`
-	if _, err := admin.CreateSubscription(ctx, ephemeral(sub, f.topic, filter)); err != nil {
+	if _, err := admin.CreateSubscription(ctx, ephemeral.Subscription(sub, f.topic, filter)); err != nil {
 		return err
 	}
 	if _, err := admin.Seek(ctx, &pubsubpb.SeekRequest{
 		Subscription: sub, Target: &pubsubpb.SeekRequest_Time{Time: timestamppb.New(from)},
 	}); err != nil {
-		removeSubscription(f.client, sub)
+		ephemeral.Remove(f.client, sub)
 		return err
 	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -165,19 +148,8 @@ func (f *follower) halt() error {
 	}
 	cancel()
 	<-exited
-	removeSubscription(f.client, sub)
+	ephemeral.Remove(f.client, sub)
 	return f.err
-}
-
-// removeSubscription deletes a subscription keyorder made for one reader.
-// One left behind expires after a day without a reader.
-func removeSubscription(client *pubsub.Client, sub string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err := client.SubscriptionAdminClient.DeleteSubscription(ctx, &pubsubpb.DeleteSubscriptionRequest{Subscription: sub})
-	if err != nil && status.Code(err) != codes.NotFound {
-		slog.Warn("keyorder/subscriber: could not delete a subscription made for parking; it expires after a day idle", "subscription", sub, "err", err)
-	}
 }
 
 // deliver applies one message of the control log.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/keyorder/keyorder/ordering"
 	"github.com/keyorder/keyorder/publisher"
+	"github.com/keyorder/keyorder/subscriber/internal/ephemeral"
 )
 
 // The lanes' side of parking: the hooks a lane calls (accept, divert,
@@ -135,7 +136,7 @@ func (fl *flight) fly() {
 	ctx := p.ops
 	park := fl.park
 	if fl.cause != nil && park == "" {
-		id := newID()
+		id := ephemeral.NewID()
 		v, err := p.record(ctx, &event{Kind: evPark, Key: fl.l.key, Park: id, Msg: fl.cause.id, Err: fl.cause.err})
 		if err != nil {
 			fl.land(false, err)

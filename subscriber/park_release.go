@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/keyorder/keyorder/ordering"
+	"github.com/keyorder/keyorder/subscriber/internal/ephemeral"
 )
 
 // A ParkedKey is a key parked by [WithParking]: its messages go to the
@@ -264,13 +265,12 @@ func (rr *releaseRun) run(ctx context.Context) (err error) {
 func (rr *releaseRun) read(ctx context.Context) (copies <-chan *pubsub.Message, readErr <-chan error, stop func(), err error) {
 	p := rr.p
 	client := p.r.s.client
-	project, subID := splitName(p.r.s.name)
-	rr.sub = "projects/" + project + "/subscriptions/" + derivedID(subID, "-release-"+newID())
+	rr.sub = ephemeral.Name(p.r.s.name, "subscriptions", "-release-"+ephemeral.NewID())
 	admin := client.SubscriptionAdminClient
-	if _, err := admin.CreateSubscription(ctx, ephemeral(rr.sub, p.topics.park, `attributes.`+AttrParkID+` = "`+rr.park+`"`)); err != nil {
+	if _, err := admin.CreateSubscription(ctx, ephemeral.Subscription(rr.sub, p.topics.park, `attributes.`+AttrParkID+` = "`+rr.park+`"`)); err != nil {
 		return nil, nil, nil, fmt.Errorf("keyorder/subscriber: creating a release subscription: %w", err)
 	}
-	remove := func() { removeSubscription(client, rr.sub) }
+	remove := func() { ephemeral.Remove(client, rr.sub) }
 	if _, err := admin.Seek(ctx, &pubsubpb.SeekRequest{
 		Subscription: rr.sub, Target: &pubsubpb.SeekRequest_Time{Time: timestamppb.New(rr.since.Add(-seekMargin))},
 	}); err != nil {
