@@ -1,8 +1,7 @@
-package subscriber
+package controllog
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -18,7 +17,7 @@ import (
 	"github.com/keyorder/keyorder/subscriber/internal/ephemeral"
 )
 
-// A follower reads the control log (park_log.go) through a subscription of
+// A follower reads the control log through a subscription of
 // its own on the control topic, which it creates, seeks back to replay the
 // log, follows live, and deletes when done. The subscription's filter
 // admits the log's state events and this follower's own markers only, so
@@ -30,26 +29,27 @@ import (
 // event once, by message ID, whatever the service sends again.
 type follower struct {
 	client  *pubsub.Client
-	topic   string // the control topic
-	subName string // the subscription followed for, whose name theirs extend
-	me      string // the Receive (or Parked call) it follows for
+	topic   string        // the control topic
+	subName string        // the subscription followed for, whose name theirs extend
+	me      string        // the Log it follows for
+	lease   time.Duration // Config.Lease, for its states
 
 	mu sync.Mutex
 	// rp is the replayed state; seen the message IDs applied. Both guarded
 	// by mu.
 	rp   *logReplay
 	seen *window.Window[struct{}]
-	// waiters are this process's events waiting for their verdict, by Seq;
+	// waiters are this Log's events waiting for their verdict, by Seq;
 	// captures the snapshots it begun, waiting for the state at their
 	// begin, by nonce. Guarded by mu; each channel has room for its value.
-	waiters  map[uint64]chan verdict
+	waiters  map[uint64]chan Verdict
 	captures map[string]chan []*snapshotPart
 	// changed is closed, and replaced, after every event applied: a
-	// release waits on it for the log to move. Guarded by mu.
+	// writer waits on it for the log to move (Changes). Guarded by mu.
 	changed chan struct{}
-	// view is what lanes read, without a lock; replaced under mu when the
-	// parked keys or the released messages change.
-	view atomic.Pointer[parkView]
+	// view is what Log.View returns, read without a lock; replaced under
+	// mu when the parked keys or the released messages change.
+	view atomic.Pointer[View]
 
 	// sub is the subscription being read, made by follow and deleted by
 	// halt; follows counts those made, to name them. cancel stops the
@@ -63,24 +63,14 @@ type follower struct {
 	err     error
 }
 
-// parkView is the part of the control state lanes read on the hot path:
-// immutable, replaced as a whole when it changes.
-type parkView struct {
-	parked   map[string]string // key → park ID
-	released map[string]string // message of a recently ended park → park
-}
-
-// parkOf returns key's park ID, "" if it is not parked.
-func (v *parkView) parkOf(key string) string { return v.parked[key] }
-
 // appliedDedup is how many control messages a follower remembers as
 // applied, to skip the ones the service sends again: those come back with
 // a redelivered tail, soon after they were first sent.
 const appliedDedup = 10_000
 
-func newFollower(client *pubsub.Client, topic, subName, me string) *follower {
-	f := &follower{client: client, topic: topic, subName: subName, me: me,
-		waiters: map[uint64]chan verdict{}, captures: map[string]chan []*snapshotPart{}, changed: make(chan struct{})}
+func newFollower(client *pubsub.Client, topic, subName, me string, lease time.Duration) *follower {
+	f := &follower{client: client, topic: topic, subName: subName, me: me, lease: lease,
+		waiters: map[uint64]chan Verdict{}, captures: map[string]chan []*snapshotPart{}, changed: make(chan struct{})}
 	f.reset()
 	return f
 }
@@ -89,7 +79,7 @@ func newFollower(client *pubsub.Client, topic, subName, me string) *follower {
 func (f *follower) reset() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.rp = newLogReplay()
+	f.rp = newLogReplay(f.lease)
 	f.seen = window.New[struct{}](appliedDedup)
 	f.publishView()
 }
@@ -174,7 +164,7 @@ func (f *follower) deliver(_ context.Context, m *pubsub.Message) {
 		}
 		if ch := f.captures[ev.Nonce]; ch != nil && ev.Kind == evSnapshotBegin {
 			delete(f.captures, ev.Nonce)
-			ch <- f.rp.state.snapshot()
+			ch <- snapshotOf(f.rp.state)
 		}
 	}
 	if ev.Kind.changesView() {
@@ -187,9 +177,9 @@ func (f *follower) deliver(_ context.Context, m *pubsub.Message) {
 // publishView replaces the view. f.mu must be held.
 func (f *follower) publishView() {
 	st := f.rp.state
-	v := &parkView{parked: make(map[string]string, len(st.keys))}
+	v := &View{parked: make(map[string]string, len(st.keys))}
 	for k, rec := range st.keys {
-		v.parked[k] = rec.Park
+		v.parked[k] = rec.ParkID
 	}
 	if len(st.released) > 0 {
 		v.released = maps.Clone(st.released)
@@ -197,10 +187,10 @@ func (f *follower) publishView() {
 	f.view.Store(v)
 }
 
-// await registers for the verdict of this process's event seq, before it
+// await registers for the verdict of this Log's event seq, before it
 // is published.
-func (f *follower) await(seq uint64) <-chan verdict {
-	ch := make(chan verdict, 1)
+func (f *follower) await(seq uint64) <-chan Verdict {
+	ch := make(chan Verdict, 1)
 	f.mu.Lock()
 	f.waiters[seq] = ch
 	f.mu.Unlock()
@@ -214,7 +204,7 @@ func (f *follower) forget(seq uint64) {
 	f.mu.Unlock()
 }
 
-// capture registers for the state as of this process's snapshot begin
+// capture registers for the state as of this Log's snapshot begin
 // nonce, before it is published.
 func (f *follower) capture(nonce string) <-chan []*snapshotPart {
 	ch := make(chan []*snapshotPart, 1)
@@ -238,14 +228,14 @@ func (f *follower) changes() <-chan struct{} {
 }
 
 // record returns a copy of key's park, nil if it is not parked.
-func (f *follower) record(key string) *parkRecord {
+func (f *follower) record(key string) *ParkRecord {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.rp.state.record(key)
 }
 
 // list returns the parked keys.
-func (f *follower) list() []ParkedKey {
+func (f *follower) list() []Summary {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.rp.state.list()
@@ -267,6 +257,3 @@ func (f *follower) settle() {
 	defer f.mu.Unlock()
 	f.rp.whole, f.rp.pending = true, nil
 }
-
-// errFollowerStopped is returned to a waiter whose follower stopped.
-var errFollowerStopped = errors.New("keyorder/subscriber: the parking control log is no longer followed")
