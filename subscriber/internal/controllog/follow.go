@@ -53,9 +53,10 @@ type follower struct {
 
 	// sub is the subscription being read, made by follow and deleted by
 	// halt; follows counts those made, to name them. cancel stops the
-	// Receive on sub, which then sets err and closes exited. These are
-	// set and cleared by follow and halt, which the goroutine that starts
-	// and stops the follower calls; others read exited through gone.
+	// Receive on sub, which then sets err and closes exited. sub and
+	// cancel are set by follow and cleared by halt, exited replaced by the
+	// next follow, by the goroutine that starts and stops the follower;
+	// others read exited through gone, and err once it is closed.
 	sub     string
 	follows int
 	cancel  context.CancelFunc
@@ -119,7 +120,7 @@ func (f *follower) follow(ctx context.Context, from time.Time) error {
 }
 
 // gone returns a channel closed when the follower stops receiving, for
-// whatever reason; nil when it is not receiving.
+// whatever reason, halt included; nil before the first follow.
 func (f *follower) gone() <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -131,7 +132,7 @@ func (f *follower) gone() <-chan struct{} {
 func (f *follower) halt() error {
 	f.mu.Lock()
 	sub, cancel, exited := f.sub, f.cancel, f.exited
-	f.sub, f.cancel, f.exited = "", nil, nil
+	f.sub, f.cancel = "", nil // exited stays: closed, for gone
 	f.mu.Unlock()
 	if cancel == nil {
 		return nil

@@ -234,8 +234,8 @@ func (l *Log) Changes() <-chan struct{} { return l.f.changes() }
 // why. The state is no longer kept up to date then.
 func (l *Log) Gone() <-chan struct{} { return l.f.gone() }
 
-// Err returns why the Log stopped following the log, once Gone is
-// closed, and nil before.
+// Err returns why the Log stopped following the log once Gone is closed
+// (after Close, that it is closed), and nil before.
 func (l *Log) Err() error {
 	select {
 	case <-l.f.gone():

@@ -177,7 +177,8 @@ func TestGoneWithoutTheFollower(t *testing.T) {
 }
 
 // TestOpenReplaysTheLog: a Log opened later has the state the earlier
-// ones made, and a Log that closes deletes its follower's subscription.
+// ones made, and a Log that closes says so and deletes its follower's
+// subscription.
 func TestOpenReplaysTheLog(t *testing.T) {
 	t.Parallel()
 	srv, client, cfg := fake(t)
@@ -189,6 +190,12 @@ func TestOpenReplaysTheLog(t *testing.T) {
 	_, err = a.Record(ctx, Event{Kind: Forward, Key: "k", ParkID: v.ParkID, IDs: []string{"m1"}})
 	require.NoError(t, err)
 	require.NoError(t, a.Close())
+	select {
+	case <-a.Gone():
+	default:
+		t.Fatal("Gone is not closed once the Log is")
+	}
+	assert.Error(t, a.Err())
 	for _, s := range srv.Subscriptions() {
 		assert.NotContains(t, s, "-parking-"+a.ID(), "left behind")
 	}

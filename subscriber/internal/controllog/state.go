@@ -68,7 +68,8 @@ func (p *ParkRecord) index() {
 	}
 }
 
-// A Summary is what List tells of a parked key.
+// A Summary is what List tells of a parked key: the fields of
+// subscriber.ParkedKey, which is converted from it.
 type Summary struct {
 	Key string
 	// Since is when the key was parked, by the service's clock.
