@@ -138,7 +138,7 @@ func (c *confirmer) run() {
 		status, err := p.res.Get(c.ctx)
 		if err != nil || status != pubsub.AcknowledgeStatusSuccess {
 			// Not processed: run it again when it comes back.
-			c.r.seen.w.delete(p.id)
+			c.r.seen.w.Delete(p.id)
 			if p.stamp.Seq != 0 {
 				c.r.seqs.undo(p.key, p.stamp)
 			}

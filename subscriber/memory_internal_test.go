@@ -7,31 +7,6 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-func TestProcessedWindow(t *testing.T) {
-	t.Parallel()
-	p := newProcessed(3)
-	for _, id := range []string{"a", "b", "c"} {
-		p.add(id)
-	}
-	assert.True(t, p.contains("a"))
-	p.add("b") // already there: no eviction
-	assert.True(t, p.contains("a"))
-	p.add("d") // evicts the oldest, a
-	assert.False(t, p.contains("a"))
-	for _, id := range []string{"b", "c", "d"} {
-		assert.True(t, p.contains(id), id)
-	}
-	p.add("e")
-	p.add("f")
-	p.add("g")
-	assert.Equal(t, 3, p.w.len(), "the window stays at its size")
-	assert.False(t, p.contains("d"))
-
-	off := newProcessed(0)
-	off.add("a")
-	assert.False(t, off.contains("a"), "a zero window remembers nothing")
-}
-
 func TestAttemptsOutliveDeliveries(t *testing.T) {
 	t.Parallel()
 	a := newAttempts()
@@ -43,7 +18,7 @@ func TestAttemptsOutliveDeliveries(t *testing.T) {
 	assert.Equal(t, attempt{calls: 3, failures: 2}, a.prior("m"))
 	a.succeed("m")
 	assert.Zero(t, a.prior("m"), "success forgets the message")
-	assert.Zero(t, a.w.len())
+	assert.Zero(t, a.w.Len())
 }
 
 // TestAttemptsAreBounded checks that failing messages that never come back
@@ -54,7 +29,7 @@ func TestAttemptsAreBounded(t *testing.T) {
 	for i := 0; i < 3*attemptWindow; i++ {
 		a.fail(fmt.Sprintf("m-%d", i), 1, true)
 	}
-	assert.Equal(t, attemptWindow, a.w.len())
+	assert.Equal(t, attemptWindow, a.w.Len())
 	assert.Zero(t, a.prior("m-0"), "the oldest is forgotten")
 	assert.Equal(t, 1, a.prior(fmt.Sprintf("m-%d", 3*attemptWindow-1)).failures)
 }

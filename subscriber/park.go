@@ -2,14 +2,8 @@ package subscriber
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"hash/fnv"
-	"log/slog"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
@@ -19,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/keyorder/keyorder/publisher"
+	"github.com/keyorder/keyorder/subscriber/internal/controllog"
 )
 
 // Parking (WithParking) is a failure policy for poison messages: a message
@@ -28,12 +23,16 @@ import (
 // Subscription.Release runs them through the handler. Other keys go on.
 //
 // The state, which keys are parked and which of their messages, is kept in
-// Pub/Sub: the control log (park_log.go) on a control topic, replayed and
-// followed by every Receive (park_follow.go). This file holds the
-// Receive's part, the parking component, and the topics it needs;
-// park_lane.go the hooks the lanes call and the flights that move a key's
-// deliveries to the parking topic; park_barrier.go the barrier; and
-// park_release.go Parked and Release.
+// Pub/Sub: the control log on a control topic, replayed and followed by
+// every Receive. The log is a package of its own, internal/controllog,
+// which knows nothing of lanes: parking records events in it (a park, a
+// forward, a release's claim, progress, stop and unpark) and reads their
+// verdicts, its view of the parked keys, and its markers' round trips.
+// This file holds the Receive's part, the parking component, and the
+// topics it needs; park_lane.go the hooks the lanes call and the flights
+// that move a key's deliveries to the parking topic; park_barrier.go the
+// barrier, whose markers go through the log; and park_release.go Parked
+// and Release.
 //
 // A lane's deliveries go through the parking component in three places:
 //   - accept: a delivery of a key the lane was not holding anything of
@@ -70,22 +69,9 @@ const (
 	AttrError = "keyorder-error"
 )
 
-// Attributes of the control log's messages, for the followers' filter.
-const (
-	attrState = "keyorder-state" // "1" on every event that makes the state
-	attrTo    = "keyorder-to"    // on a marker: the Receive that wants it back
-)
-
-// controlKey is the ordering key every control event shares.
-const controlKey = "keyorder-control"
-
 // controlRetention is the message retention keyorder gives the parking
 // and control topics it creates: the service's maximum, 31 days.
 const controlRetention = 31 * 24 * time.Hour
-
-// snapshotEvery is how often the running Receives republish the control
-// state as a snapshot; tests shorten it.
-var snapshotEvery = time.Hour
 
 // seekMargin is how far before a park began its release seeks the parking
 // topic, for clocks that differ between the service's machines.
@@ -95,7 +81,6 @@ const seekMargin = time.Minute
 // the Subscription is made.
 type parkingTopics struct {
 	park      string        // where parked messages go
-	control   string        // the control log
 	retention time.Duration // the control topic's message retention
 }
 
@@ -106,20 +91,23 @@ func setupParking(ctx context.Context, client *pubsub.Client, sub *pubsubpb.Subs
 	if !sub.GetEnableMessageOrdering() {
 		return nil, invalid("WithParking: subscription %s has no message ordering", sub.GetName())
 	}
-	project, subID := splitName(sub.GetName())
-	t := &parkingTopics{
-		park:    fullName(client, "topics", topicID),
-		control: "projects/" + project + "/topics/" + derivedID(subID, "-parking-control"),
-	}
+	t := &parkingTopics{park: fullName(client, "topics", topicID)}
 	if _, err := retainedTopic(ctx, client, t.park); err != nil {
 		return nil, err
 	}
-	ret, err := retainedTopic(ctx, client, t.control)
+	ret, err := retainedTopic(ctx, client, controllog.Topic(sub.GetName()))
 	if err != nil {
 		return nil, err
 	}
 	t.retention = ret
 	return t, nil
+}
+
+// logConfig is the configuration of the control log of sub, whose Close,
+// or failed Open, waits drain for its events; only Receives publish
+// snapshots.
+func (t *parkingTopics) logConfig(sub string, drain time.Duration, snapshots bool) controllog.Config {
+	return controllog.Config{Subscription: sub, Retention: t.retention, Lease: releaseLease, Snapshots: snapshots, Drain: drain}
 }
 
 // retainedTopic creates topic with controlRetention unless it exists, and
@@ -142,51 +130,19 @@ func retainedTopic(ctx context.Context, client *pubsub.Client, topic string) (ti
 	return ret, nil
 }
 
-// splitName splits projects/P/subscriptions/S into P and S.
-func splitName(name string) (project, id string) {
-	rest, _ := strings.CutPrefix(name, "projects/")
-	project, id, _ = strings.Cut(rest, "/subscriptions/")
-	return project, id
-}
-
-// maxResourceID is the longest topic or subscription ID the service takes.
-const maxResourceID = 255
-
-// derivedID returns id with suffix, shortening id with a hash of it if the
-// whole would be too long.
-func derivedID(id, suffix string) string {
-	if len(id)+len(suffix) <= maxResourceID {
-		return id + suffix
-	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(id))
-	tag := fmt.Sprintf("-%08x", h.Sum32())
-	return id[:maxResourceID-len(suffix)-len(tag)] + tag + suffix
-}
-
-// newID returns a random ID for a Receive, a park or a snapshot.
-func newID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 // parking is a Receive's part in parking. It starts before the official
 // Receive and stops after it.
 //
-// Goroutines: run, the barrier's and snapshots' loop, started by
-// startParking and waited for by stop; the follower's Receive, stopped by
-// stop; one per flight, counted in flights and waited for by shutdown and
-// stop; and the callers of Release, counted in rel.
+// Goroutines: run, the barrier's loop, started by startParking and waited
+// for by stop; the control log's, stopped by stop; one per flight, counted
+// in flights and waited for by shutdown and stop; and the callers of
+// Release, counted in rel.
 type parking struct {
 	r      *receiver
 	topics *parkingTopics
-	me     string
-	f      *follower
-	ctl    *publisher.Publisher // control events, all with controlKey
+	log    *controllog.Log
 	out    *publisher.Publisher // copies to the parking topic
 	b      barrier
-	seq    atomic.Uint64 // this Receive's events
 
 	// ops bounds publishes and waits; cancelled when a shutdown has
 	// waited the drain timeout for flights, and at stop.
@@ -201,54 +157,40 @@ type parking struct {
 	loopDone chan struct{} // closed when run returns
 }
 
-// fastPublish sends control events and copies with little batching delay:
-// a barrier waits for its marker's round trip.
+// fastPublish sends copies with little batching delay: a flight waits for
+// its copies before the key's deliveries are acked.
 var fastPublish = func() pubsub.PublishSettings {
 	s := pubsub.DefaultPublishSettings
 	s.DelayThreshold = time.Millisecond
 	return s
 }()
 
-// newParking makes the parking component of s, for r, or for a replay of
-// the log outside a Receive when r is nil.
-func newParking(s *Subscription, r *receiver) (*parking, error) {
-	p := &parking{r: r, topics: s.parking, me: newID(), stopLoop: make(chan struct{}), loopDone: make(chan struct{})}
-	p.b.kick = make(chan struct{}, 1)
-	p.ops, p.cancelOps = context.WithCancel(context.Background())
-	var err error
-	// Neither publisher stamps (S12): the control log orders itself, and a
-	// parked copy keeps its original's stamp (flight.copyOf).
-	if p.ctl, err = publisher.New(s.client, p.topics.control,
-		publisher.WithDefaultOrderingKey(controlKey), publisher.WithPublishSettings(fastPublish), publisher.WithoutStamps()); err != nil {
-		return nil, err
-	}
-	if r != nil {
-		if p.out, err = publisher.New(s.client, p.topics.park, publisher.WithPublishSettings(fastPublish), publisher.WithoutStamps()); err != nil {
-			_ = p.ctl.Close(context.Background())
-			return nil, err
-		}
-	}
-	p.f = newFollower(s.client, p.topics.control, s.name, p.me)
-	return p, nil
-}
-
-// startParking starts r's parking, r.park: it replays the control log
-// until it is caught up, then follows it. It returns the context Receive
-// must use, cancelled if the log can no longer be followed. If parking
-// cannot start, it returns a nil context, with the error, or with nil if
-// ctx ended meanwhile: Receive then returns at once, as it would have.
+// startParking starts r's parking, r.park: it opens the control log,
+// which replays it until it is caught up, then follows it. It returns the
+// context Receive must use, cancelled if the log can no longer be
+// followed. If parking cannot start, it returns a nil context, with the
+// error, or with nil if ctx ended meanwhile: Receive then returns at once,
+// as it would have.
 func startParking(ctx context.Context, r *receiver) (context.Context, error) {
-	p, err := newParking(r.s, r)
+	// A parked copy keeps its original's stamp (flight.copyOf): the
+	// publisher does not stamp (S12).
+	out, err := publisher.New(r.s.client, r.s.parking.park, publisher.WithPublishSettings(fastPublish), publisher.WithoutStamps())
 	if err != nil {
 		return nil, err
 	}
-	if err := p.catchUp(ctx); err != nil {
-		p.closePublishers(r.cfg.drainTimeout)
+	lg, err := controllog.Open(ctx, r.s.client, r.s.parking.logConfig(r.s.name, r.cfg.drainTimeout, true))
+	if err != nil {
+		closeCtx, cancel := context.WithTimeout(context.Background(), r.cfg.drainTimeout+time.Second)
+		defer cancel()
+		_ = out.Close(closeCtx)
 		if ctx.Err() != nil {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("keyorder/subscriber: replaying the parking control log: %w", err)
 	}
+	p := &parking{r: r, topics: r.s.parking, log: lg, out: out, stopLoop: make(chan struct{}), loopDone: make(chan struct{})}
+	p.b.kick = make(chan struct{}, 1)
+	p.ops, p.cancelOps = context.WithCancel(context.Background())
 	rctx, cancel := context.WithCancelCause(ctx)
 	p.fail = cancel
 	r.park = p
@@ -256,144 +198,23 @@ func startParking(ctx context.Context, r *receiver) (context.Context, error) {
 	return rctx, nil
 }
 
-// catchUp creates the follower's subscription and replays the control log
-// into it: first the last few snapshot periods, which hold a whole
-// snapshot if any process ran lately, then, if they do not, all the topic
-// retains.
-func (p *parking) catchUp(ctx context.Context) error {
-	windows := []time.Duration{3 * snapshotEvery, p.topics.retention}
-	if windows[0] >= windows[1] {
-		windows = windows[1:]
-	}
-	for i, w := range windows {
-		if i > 0 {
-			_ = p.f.halt()
-			p.f.reset()
-		}
-		if err := p.f.follow(ctx, time.Now().Add(-w)); err != nil {
-			return err
-		}
-		if _, err := p.record(ctx, &event{Kind: evMarker}); err != nil {
-			_ = p.f.halt()
-			return err
-		}
-		if whole, _ := p.f.replayed(); whole {
-			return nil
-		}
-	}
-	p.f.settle()
-	return nil
-}
-
-// closePublishers sends what the publishers hold, within timeout, and
-// stops them.
-func (p *parking) closePublishers(timeout time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Second)
-	defer cancel()
-	_ = p.ctl.Close(ctx)
-	if p.out != nil {
-		_ = p.out.Close(ctx)
-	}
-	p.cancelOps()
-}
-
 // run is the parking component's loop: it sends the barrier's markers
-// when lanes wait for one, publishes a snapshot when one is due, and
-// fails the Receive if the follower stops.
+// when lanes wait for one, and fails the Receive if the control log stops
+// being followed.
 func (p *parking) run() {
 	defer close(p.loopDone)
-	// The first check comes soon: a Receive that had to read the whole
-	// log, for want of a snapshot, spares the next one that.
-	check := time.NewTimer(snapshotCheck() / 64)
-	defer check.Stop()
-	gone := p.f.gone()
+	gone := p.log.Gone()
 	for {
 		select {
 		case <-p.stopLoop:
 			return
 		case <-gone:
-			err := p.f.err
-			if err == nil {
-				err = errFollowerStopped
-			}
-			p.fail(fmt.Errorf("keyorder/subscriber: following the parking control log: %w", err))
+			p.fail(fmt.Errorf("keyorder/subscriber: following the parking control log: %w", p.log.Err()))
 			<-p.stopLoop
 			return
 		case <-p.b.kick:
 			p.barrierRound()
-		case <-check.C:
-			if _, last := p.f.replayed(); time.Since(last) > snapshotEvery {
-				if err := p.snapshot(p.ops); err != nil && p.ops.Err() == nil {
-					slog.Warn("keyorder/subscriber: could not publish a parking snapshot; will try again", "topic", p.topics.control, "err", err)
-				}
-			}
-			check.Reset(snapshotCheck())
 		}
-	}
-}
-
-// snapshotCheck is how long run waits before it checks whether a snapshot
-// is due: a quarter of the period, with jitter, so that processes started
-// together do not all publish one.
-func snapshotCheck() time.Duration {
-	var b [1]byte
-	_, _ = rand.Read(b[:])
-	q := snapshotEvery / 4
-	return q + q*time.Duration(b[0])/256
-}
-
-// snapshot publishes the state as a snapshot: a begin, then the state as
-// of the begin's place in the log, in parts.
-func (p *parking) snapshot(ctx context.Context) error {
-	nonce := newID()
-	captured := p.f.capture(nonce)
-	defer p.f.dropCapture(nonce)
-	if _, err := p.record(ctx, &event{Kind: evSnapshotBegin, Nonce: nonce}); err != nil {
-		return err
-	}
-	parts := <-captured // sent before the verdict
-	results := make([]*publisher.Result, len(parts))
-	for i, part := range parts {
-		results[i] = p.publish(ctx, &event{Kind: evSnapshot, Nonce: nonce, Part: part, Last: i == len(parts)-1})
-	}
-	for _, res := range results {
-		if _, err := res.Get(ctx); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// publish sends ev to the control log as this Receive's.
-func (p *parking) publish(ctx context.Context, ev *event) *publisher.Result {
-	ev.By = p.me
-	data, err := encodeEvent(ev)
-	if err != nil {
-		panic(err) // events hold strings, times and numbers only
-	}
-	headers := map[string]string{attrState: "1"}
-	if ev.Kind == evMarker {
-		headers = map[string]string{attrTo: p.me}
-	}
-	return p.ctl.Publish(ctx, &publisher.Message{Data: data, Headers: headers})
-}
-
-// record publishes ev and waits until the follower has applied it, and
-// returns its verdict.
-func (p *parking) record(ctx context.Context, ev *event) (verdict, error) {
-	ev.Seq = p.seq.Add(1)
-	ch := p.f.await(ev.Seq)
-	defer p.f.forget(ev.Seq)
-	if _, err := p.publish(ctx, ev).Get(ctx); err != nil {
-		return verdict{}, err
-	}
-	select {
-	case v := <-ch:
-		return v, nil
-	case <-ctx.Done():
-		return verdict{}, ctx.Err()
-	case <-p.f.gone():
-		return verdict{}, errFollowerStopped
 	}
 }
 
@@ -425,11 +246,13 @@ func (p *parking) shutdown() {
 // followed.
 func (p *parking) stop(err error) error {
 	close(p.stopLoop)
-	p.cancelOps() // a marker or a snapshot on its way is not waited for
+	p.cancelOps() // a marker on its way is not waited for
 	<-p.loopDone
-	if ferr := p.f.halt(); ferr != nil && err == nil {
+	if ferr := p.log.Close(); ferr != nil && err == nil {
 		err = fmt.Errorf("keyorder/subscriber: following the parking control log: %w", ferr)
 	}
-	p.closePublishers(p.r.cfg.drainTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), p.r.cfg.drainTimeout+time.Second)
+	defer cancel()
+	_ = p.out.Close(ctx)
 	return err
 }

@@ -18,8 +18,9 @@ import (
 // That process's view of the log may lag, though, and show the key free.
 // So a delivery that arrives at a lane holding nothing of its key waits
 // for a marker: an event this Receive publishes after the delivery arrived
-// and sees come back. The log is in one order, so by then the follower has
-// applied every event published before the marker, the park included.
+// and sees come back (controllog.Log.Sync). The log is in one order, so by
+// then the Receive has applied every event published before the marker,
+// the park included.
 //
 // Markers are shared: deliveries that arrive while one is on its way wait
 // for the next, so a busy Receive sends one marker per round trip to the
@@ -78,8 +79,9 @@ func (b *barrier) wake() {
 	}
 }
 
-// sync waits until the follower has applied every event published before
-// the call, or returns ctx.Err().
+// sync waits until the control log has applied every event published
+// before the call, or returns ctx.Err(): it waits for the barrier's next
+// marker, which it shares with the lanes.
 func (p *parking) sync(ctx context.Context) error {
 	b := &p.b
 	c := fenceCall{fence: b.want(), done: make(chan struct{})}
@@ -158,7 +160,7 @@ func (p *parking) barrierRound() {
 	for b.wanted() {
 		n := b.started.Add(1)
 		for tries := 1; ; tries++ {
-			_, err := p.record(p.ops, &event{Kind: evMarker})
+			err := p.log.Sync(p.ops)
 			if err == nil {
 				break
 			}

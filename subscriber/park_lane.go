@@ -10,6 +10,7 @@ import (
 
 	"github.com/keyorder/keyorder/ordering"
 	"github.com/keyorder/keyorder/publisher"
+	"github.com/keyorder/keyorder/subscriber/internal/controllog"
 )
 
 // The lanes' side of parking: the hooks a lane calls (accept, divert,
@@ -60,12 +61,11 @@ func (p *parking) accept(l *lane) {
 }
 
 // releasedLately reports whether the message id ran in the release of a
-// park that has ended, within the last releasedKeep: the service may send
-// it again after a lost ack, and it must not run twice (S6 across
+// park that has ended, within the last hour: the service may send it
+// again after a lost ack, and it must not run twice (S6 across
 // processes).
 func (p *parking) releasedLately(id string) bool {
-	_, ok := p.f.view.Load().released[id]
-	return ok
+	return p.log.View().Released(id)
 }
 
 // divert is called by next for a lane with queued deliveries and nothing
@@ -77,7 +77,7 @@ func (p *parking) divert(l *lane) bool {
 	if l.key == "" {
 		return false
 	}
-	park := p.f.view.Load().parkOf(l.key)
+	park := p.log.View().ParkID(l.key)
 	if park == "" && pk.failed == nil {
 		if pk.fence != 0 {
 			if p.b.wait(l) {
@@ -135,17 +135,16 @@ func (fl *flight) fly() {
 	ctx := p.ops
 	park := fl.park
 	if fl.cause != nil && park == "" {
-		id := newID()
-		v, err := p.record(ctx, &event{Kind: evPark, Key: fl.l.key, Park: id, Msg: fl.cause.id, Err: fl.cause.err})
+		v, err := p.log.Record(ctx, controllog.Event{Kind: controllog.Park, Key: fl.l.key, Msg: fl.cause.id, Err: fl.cause.err})
 		if err != nil {
 			fl.land(false, err)
 			return
 		}
-		if park = v.park; park == "" {
+		if park = v.ParkID; park == "" {
 			fl.land(false, nil) // ended as soon as begun: try again
 			return
 		}
-		if park == id {
+		if v.Applied {
 			// This process parked the key: tell the user once the flight
 			// has landed, so that a callback cannot hold it up.
 			defer p.told(KeyParked, fl.l.key, fl.cause, time.Now(), "")
@@ -165,8 +164,8 @@ func (fl *flight) fly() {
 	}
 	// The copies are stored before the log says they are parked: a
 	// release never waits for a copy that does not exist.
-	v, err := p.record(ctx, &event{Kind: evForward, Key: fl.l.key, Park: park, IDs: ids})
-	fl.land(err == nil && v.applied, err)
+	v, err := p.log.Record(ctx, controllog.Event{Kind: controllog.Forward, Key: fl.l.key, ParkID: park, IDs: ids})
+	fl.land(err == nil && v.Applied, err)
 }
 
 // copyOf is the parking topic's copy of j's message.

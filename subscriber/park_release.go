@@ -14,6 +14,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/keyorder/keyorder/ordering"
+	"github.com/keyorder/keyorder/subscriber/internal/controllog"
+	"github.com/keyorder/keyorder/subscriber/internal/ephemeral"
 )
 
 // A ParkedKey is a key parked by [WithParking]: its messages go to the
@@ -48,23 +50,29 @@ func (s *Subscription) Parked(ctx context.Context) ([]ParkedKey, error) {
 	if r := s.current.Load(); r != nil && r.park != nil {
 		err := r.park.sync(ctx)
 		if err == nil {
-			return r.park.f.list(), nil
+			return parkedKeys(r.park.log), nil
 		}
 		if !errors.Is(err, ErrNotReceiving) {
 			return nil, err
 		}
 	}
-	p, err := newParking(s, nil)
+	lg, err := controllog.Open(ctx, s.client, s.parking.logConfig(s.name, 10*time.Second, false))
 	if err != nil {
 		return nil, err
 	}
-	defer p.closePublishers(10 * time.Second)
-	if err := p.catchUp(ctx); err != nil {
-		return nil, err
-	}
-	list := p.f.list()
-	_ = p.f.halt()
+	list := parkedKeys(lg)
+	_ = lg.Close()
 	return list, nil
+}
+
+// parkedKeys lists the keys parked in lg's state, oldest first.
+func parkedKeys(lg *controllog.Log) []ParkedKey {
+	sums := lg.List()
+	out := make([]ParkedKey, len(sums))
+	for i, k := range sums {
+		out[i] = ParkedKey(k) // the same fields
+	}
+	return out
 }
 
 // Release runs key's parked messages through the running Receive's
@@ -155,20 +163,20 @@ func (p *parking) release(ctx context.Context, key string) error {
 	if err := p.sync(ctx); err != nil {
 		return err
 	}
-	rec := p.f.record(key)
+	rec := p.log.Lookup(key)
 	if rec == nil {
 		return fmt.Errorf("%w: %q", ErrNotParked, key)
 	}
-	v, err := p.record(ctx, &event{Kind: evClaim, Key: key, Park: rec.Park})
+	v, err := p.log.Record(ctx, controllog.Event{Kind: controllog.Claim, Key: key, ParkID: rec.ParkID})
 	switch {
 	case err != nil:
 		return err
-	case v.park != rec.Park:
+	case v.ParkID != rec.ParkID:
 		return fmt.Errorf("%w: %q", ErrNotParked, key)
-	case !v.applied:
+	case !v.Applied:
 		return fmt.Errorf("%w: %q, by another process", ErrReleasing, key)
 	}
-	run := &releaseRun{p: p, key: key, park: rec.Park, since: rec.Since, done: map[string]bool{}, content: map[string]*pubsub.Message{}}
+	run := &releaseRun{p: p, key: key, park: rec.ParkID, since: rec.Since, done: map[string]bool{}, content: map[string]*pubsub.Message{}}
 	return run.run(ctx)
 }
 
@@ -196,6 +204,12 @@ type releaseRun struct {
 // runs.
 const releaseReadAhead = 64
 
+// releaseLease is how long a release's claim holds without a heartbeat,
+// after which another process may take the release over. It is a rule of
+// the control log (controllog.Config.Lease), the same for every process;
+// only a test that runs alone may change it (SetReleaseLease).
+var releaseLease = 30 * time.Second
+
 func (rr *releaseRun) run(ctx context.Context) (err error) {
 	p := rr.p
 	defer func() {
@@ -211,30 +225,30 @@ func (rr *releaseRun) run(ctx context.Context) (err error) {
 	beat, stopBeat := rr.heartbeat()
 	defer stopBeat()
 	for {
-		changed := p.f.changes()
-		rec := p.f.record(rr.key)
+		changed := p.log.Changes()
+		rec := p.log.Lookup(rr.key)
 		switch {
-		case rec == nil || rec.Park != rr.park:
+		case rec == nil || rec.ParkID != rr.park:
 			return fmt.Errorf("%w: %q was unparked by another process", ErrReleasing, rr.key)
-		case rec.Owner != p.me:
+		case rec.Owner != p.log.ID():
 			return fmt.Errorf("%w: %q, taken over by another process", ErrReleasing, rr.key)
 		}
 		next := ""
 		for _, id := range rec.IDs {
-			if !rec.released[id] && !rr.done[id] {
+			if !rec.IsReleased(id) && !rr.done[id] {
 				next = id
 				break
 			}
 		}
 		if next == "" {
-			v, err := p.record(ctx, &event{Kind: evUnpark, Key: rr.key, Park: rr.park, N: len(rec.IDs)})
+			v, err := p.log.Record(ctx, controllog.Event{Kind: controllog.Unpark, Key: rr.key, ParkID: rr.park, N: len(rec.IDs)})
 			switch {
 			case err != nil:
 				return err
-			case v.applied:
+			case v.Applied:
 				p.told(KeyUnparked, rr.key, &parkCause{id: rec.Msg, err: rec.Err}, rr.since, ReasonReleased)
 				return nil
-			case v.done:
+			case v.Ended:
 				return nil
 			}
 			continue // more were parked meanwhile
@@ -248,7 +262,7 @@ func (rr *releaseRun) run(ctx context.Context) (err error) {
 		select {
 		case m := <-copies:
 			id := m.Attributes[AttrMessageID]
-			if !rec.released[id] && !rr.done[id] && rr.content[id] == nil {
+			if !rec.IsReleased(id) && !rr.done[id] && rr.content[id] == nil {
 				rr.content[id] = m
 			}
 		case <-changed:
@@ -270,13 +284,12 @@ func (rr *releaseRun) run(ctx context.Context) (err error) {
 func (rr *releaseRun) read(ctx context.Context) (copies <-chan *pubsub.Message, readErr <-chan error, stop func(), err error) {
 	p := rr.p
 	client := p.r.s.client
-	project, subID := splitName(p.r.s.name)
-	rr.sub = "projects/" + project + "/subscriptions/" + derivedID(subID, "-release-"+newID())
+	rr.sub = ephemeral.Name(p.r.s.name, "subscriptions", "-release-"+ephemeral.NewID())
 	admin := client.SubscriptionAdminClient
-	if _, err := admin.CreateSubscription(ctx, ephemeral(rr.sub, p.topics.park, `attributes.`+AttrParkID+` = "`+rr.park+`"`)); err != nil {
+	if _, err := admin.CreateSubscription(ctx, ephemeral.Subscription(rr.sub, p.topics.park, `attributes.`+AttrParkID+` = "`+rr.park+`"`)); err != nil {
 		return nil, nil, nil, fmt.Errorf("keyorder/subscriber: creating a release subscription: %w", err)
 	}
-	remove := func() { removeSubscription(client, rr.sub) }
+	remove := func() { ephemeral.Remove(client, rr.sub) }
 	if _, err := admin.Seek(ctx, &pubsubpb.SeekRequest{
 		Subscription: rr.sub, Target: &pubsubpb.SeekRequest_Time{Time: timestamppb.New(rr.since.Add(-seekMargin))},
 	}); err != nil {
@@ -328,8 +341,8 @@ func (rr *releaseRun) heartbeat() (lost <-chan error, stop func()) {
 			case <-quit:
 				return
 			case <-tick.C:
-				v, err := p.record(p.ops, &event{Kind: evClaim, Key: rr.key, Park: rr.park})
-				if err == nil && !v.applied && !v.done {
+				v, err := p.log.Record(p.ops, controllog.Event{Kind: controllog.Claim, Key: rr.key, ParkID: rr.park})
+				if err == nil && !v.Applied && !v.Ended {
 					errs <- fmt.Errorf("%w: %q, taken over by another process", ErrReleasing, rr.key)
 					return
 				}
@@ -388,7 +401,7 @@ func (rr *releaseRun) settle(j *job, v decision) {
 func (rr *releaseRun) progress(id string) error {
 	p := rr.p
 	for tries := 1; ; tries++ {
-		_, err := p.publish(p.ops, &event{Kind: evProgress, Key: rr.key, Park: rr.park, IDs: []string{id}}).Get(p.ops)
+		err := p.log.Publish(p.ops, controllog.Event{Kind: controllog.Progress, Key: rr.key, ParkID: rr.park, IDs: []string{id}})
 		if err == nil {
 			return nil
 		}
@@ -421,11 +434,11 @@ func (rr *releaseRun) wait(ctx context.Context, d time.Duration) error {
 func (rr *releaseRun) stop(err error, id, msg string) {
 	ctx, cancel := context.WithTimeout(rr.p.ops, 10*time.Second)
 	defer cancel()
-	ev := &event{Kind: evStop, Key: rr.key, Park: rr.park}
+	ev := controllog.Event{Kind: controllog.Stop, Key: rr.key, ParkID: rr.park}
 	if err != nil {
 		ev.Msg, ev.Err = id, truncateUTF8(msg, 4096)
 	}
-	_, _ = rr.p.publish(ctx, ev).Get(ctx)
+	_ = rr.p.log.Publish(ctx, ev)
 }
 
 // releasedDelivery is the Delivery of a parked copy: the message as it was

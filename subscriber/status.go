@@ -217,7 +217,7 @@ func (s *Subscription) Stats() Stats {
 	if r := s.current.Load(); r != nil {
 		r.survey(&st, st.At, true)
 		if r.park != nil {
-			st.ParkedKeys = r.park.f.list()
+			st.ParkedKeys = parkedKeys(r.park.log)
 		}
 	}
 	return st

@@ -1,8 +1,7 @@
-package subscriber
+package controllog
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -12,13 +11,13 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/keyorder/keyorder/internal/window"
+	"github.com/keyorder/keyorder/subscriber/internal/ephemeral"
 )
 
-// A follower reads the control log (park_log.go) through a subscription of
+// A follower reads the control log through a subscription of
 // its own on the control topic, which it creates, seeks back to replay the
 // log, follows live, and deletes when done. The subscription's filter
 // admits the log's state events and this follower's own markers only, so
@@ -30,33 +29,34 @@ import (
 // event once, by message ID, whatever the service sends again.
 type follower struct {
 	client  *pubsub.Client
-	topic   string // the control topic
-	project string // of the subscriptions it makes
-	subID   string // the subscription followed for, whose ID theirs extend
-	me      string // the Receive (or Parked call) it follows for
+	topic   string        // the control topic
+	subName string        // the subscription followed for, whose name theirs extend
+	me      string        // the Log it follows for
+	lease   time.Duration // Config.Lease, for its states
 
 	mu sync.Mutex
 	// rp is the replayed state; seen the message IDs applied. Both guarded
 	// by mu.
 	rp   *logReplay
-	seen *window[struct{}]
-	// waiters are this process's events waiting for their verdict, by Seq;
+	seen *window.Window[struct{}]
+	// waiters are this Log's events waiting for their verdict, by Seq;
 	// captures the snapshots it begun, waiting for the state at their
 	// begin, by nonce. Guarded by mu; each channel has room for its value.
-	waiters  map[uint64]chan verdict
+	waiters  map[uint64]chan Verdict
 	captures map[string]chan []*snapshotPart
 	// changed is closed, and replaced, after every event applied: a
-	// release waits on it for the log to move. Guarded by mu.
+	// writer waits on it for the log to move (Changes). Guarded by mu.
 	changed chan struct{}
-	// view is what lanes read, without a lock; replaced under mu when the
-	// parked keys or the released messages change.
-	view atomic.Pointer[parkView]
+	// view is what Log.View returns, read without a lock; replaced under
+	// mu when the parked keys or the released messages change.
+	view atomic.Pointer[View]
 
 	// sub is the subscription being read, made by follow and deleted by
 	// halt; follows counts those made, to name them. cancel stops the
-	// Receive on sub, which then sets err and closes exited. These are
-	// set and cleared by follow and halt, which the goroutine that starts
-	// and stops the follower calls; others read exited through gone.
+	// Receive on sub, which then sets err and closes exited. sub and
+	// cancel are set by follow and cleared by halt, exited replaced by the
+	// next follow, by the goroutine that starts and stops the follower;
+	// others read exited through gone, and err once it is closed.
 	sub     string
 	follows int
 	cancel  context.CancelFunc
@@ -64,25 +64,14 @@ type follower struct {
 	err     error
 }
 
-// parkView is the part of the control state lanes read on the hot path:
-// immutable, replaced as a whole when it changes.
-type parkView struct {
-	parked   map[string]string // key → park ID
-	released map[string]string // message of a recently ended park → park
-}
-
-// parkOf returns key's park ID, "" if it is not parked.
-func (v *parkView) parkOf(key string) string { return v.parked[key] }
-
 // appliedDedup is how many control messages a follower remembers as
 // applied, to skip the ones the service sends again: those come back with
 // a redelivered tail, soon after they were first sent.
 const appliedDedup = 10_000
 
-func newFollower(client *pubsub.Client, topic, subName, me string) *follower {
-	project, subID := splitName(subName)
-	f := &follower{client: client, topic: topic, project: project, subID: subID, me: me,
-		waiters: map[uint64]chan verdict{}, captures: map[string]chan []*snapshotPart{}, changed: make(chan struct{})}
+func newFollower(client *pubsub.Client, topic, subName, me string, lease time.Duration) *follower {
+	f := &follower{client: client, topic: topic, subName: subName, me: me, lease: lease,
+		waiters: map[uint64]chan Verdict{}, captures: map[string]chan []*snapshotPart{}, changed: make(chan struct{})}
 	f.reset()
 	return f
 }
@@ -91,22 +80,9 @@ func newFollower(client *pubsub.Client, topic, subName, me string) *follower {
 func (f *follower) reset() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.rp = newLogReplay()
-	f.seen = newWindow[struct{}](appliedDedup)
+	f.rp = newLogReplay(f.lease)
+	f.seen = window.New[struct{}](appliedDedup)
 	f.publishView()
-}
-
-// ephemeral describes a subscription made for one reader: ordered, with
-// filter, keeping unacknowledged messages 10 minutes and expiring after a
-// day idle, the service's minimums. What it replays comes from the topic's
-// retention, not its own.
-func ephemeral(name, topic, filter string) *pubsubpb.Subscription {
-	return &pubsubpb.Subscription{
-		Name: name, Topic: topic, EnableMessageOrdering: true, Filter: filter,
-		AckDeadlineSeconds:       60,
-		MessageRetentionDuration: durationpb.New(10 * time.Minute),
-		ExpirationPolicy:         &pubsubpb.ExpirationPolicy{Ttl: durationpb.New(24 * time.Hour)},
-	}
 }
 
 // follow reads the control log from the time from on, live, until halt:
@@ -117,16 +93,16 @@ func ephemeral(name, topic, filter string) *pubsubpb.Subscription {
 // stopped could have its messages sent to the stream still closing.
 func (f *follower) follow(ctx context.Context, from time.Time) error {
 	f.follows++
-	sub := "projects/" + f.project + "/subscriptions/" + derivedID(f.subID, fmt.Sprintf("-parking-%s-%d", f.me, f.follows))
+	sub := ephemeral.Name(f.subName, "subscriptions", fmt.Sprintf("-parking-%s-%d", f.me, f.follows))
 	admin := f.client.SubscriptionAdminClient
 	filter := `attributes.` + attrState + ` = "1" OR attributes.` + attrTo + ` = "` + f.me + `"`
-	if _, err := admin.CreateSubscription(ctx, ephemeral(sub, f.topic, filter)); err != nil {
+	if _, err := admin.CreateSubscription(ctx, ephemeral.Subscription(sub, f.topic, filter)); err != nil {
 		return err
 	}
 	if _, err := admin.Seek(ctx, &pubsubpb.SeekRequest{
 		Subscription: sub, Target: &pubsubpb.SeekRequest_Time{Time: timestamppb.New(from)},
 	}); err != nil {
-		removeSubscription(f.client, sub)
+		ephemeral.Remove(f.client, sub)
 		return err
 	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -144,7 +120,7 @@ func (f *follower) follow(ctx context.Context, from time.Time) error {
 }
 
 // gone returns a channel closed when the follower stops receiving, for
-// whatever reason; nil when it is not receiving.
+// whatever reason, halt included; nil before the first follow.
 func (f *follower) gone() <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -156,26 +132,15 @@ func (f *follower) gone() <-chan struct{} {
 func (f *follower) halt() error {
 	f.mu.Lock()
 	sub, cancel, exited := f.sub, f.cancel, f.exited
-	f.sub, f.cancel, f.exited = "", nil, nil
+	f.sub, f.cancel = "", nil // exited stays: closed, for gone
 	f.mu.Unlock()
 	if cancel == nil {
 		return nil
 	}
 	cancel()
 	<-exited
-	removeSubscription(f.client, sub)
+	ephemeral.Remove(f.client, sub)
 	return f.err
-}
-
-// removeSubscription deletes a subscription keyorder made for one reader.
-// One left behind expires after a day without a reader.
-func removeSubscription(client *pubsub.Client, sub string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err := client.SubscriptionAdminClient.DeleteSubscription(ctx, &pubsubpb.DeleteSubscriptionRequest{Subscription: sub})
-	if err != nil && status.Code(err) != codes.NotFound {
-		slog.Warn("keyorder/subscriber: could not delete a subscription made for parking; it expires after a day idle", "subscription", sub, "err", err)
-	}
 }
 
 // deliver applies one message of the control log.
@@ -188,10 +153,10 @@ func (f *follower) deliver(_ context.Context, m *pubsub.Message) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, dup := f.seen.get(m.ID); dup {
+	if _, dup := f.seen.Get(m.ID); dup {
 		return
 	}
-	f.seen.update(m.ID, func(struct{}) struct{} { return struct{}{} })
+	f.seen.Update(m.ID, func(struct{}) struct{} { return struct{}{} })
 	v := f.rp.apply(ev, m.PublishTime)
 	if ev.By == f.me {
 		if ch := f.waiters[ev.Seq]; ch != nil {
@@ -200,7 +165,7 @@ func (f *follower) deliver(_ context.Context, m *pubsub.Message) {
 		}
 		if ch := f.captures[ev.Nonce]; ch != nil && ev.Kind == evSnapshotBegin {
 			delete(f.captures, ev.Nonce)
-			ch <- f.rp.state.snapshot()
+			ch <- snapshotOf(f.rp.state)
 		}
 	}
 	if ev.Kind.changesView() {
@@ -213,9 +178,9 @@ func (f *follower) deliver(_ context.Context, m *pubsub.Message) {
 // publishView replaces the view. f.mu must be held.
 func (f *follower) publishView() {
 	st := f.rp.state
-	v := &parkView{parked: make(map[string]string, len(st.keys))}
+	v := &View{parked: make(map[string]string, len(st.keys))}
 	for k, rec := range st.keys {
-		v.parked[k] = rec.Park
+		v.parked[k] = rec.ParkID
 	}
 	if len(st.released) > 0 {
 		v.released = maps.Clone(st.released)
@@ -223,10 +188,10 @@ func (f *follower) publishView() {
 	f.view.Store(v)
 }
 
-// await registers for the verdict of this process's event seq, before it
+// await registers for the verdict of this Log's event seq, before it
 // is published.
-func (f *follower) await(seq uint64) <-chan verdict {
-	ch := make(chan verdict, 1)
+func (f *follower) await(seq uint64) <-chan Verdict {
+	ch := make(chan Verdict, 1)
 	f.mu.Lock()
 	f.waiters[seq] = ch
 	f.mu.Unlock()
@@ -240,7 +205,7 @@ func (f *follower) forget(seq uint64) {
 	f.mu.Unlock()
 }
 
-// capture registers for the state as of this process's snapshot begin
+// capture registers for the state as of this Log's snapshot begin
 // nonce, before it is published.
 func (f *follower) capture(nonce string) <-chan []*snapshotPart {
 	ch := make(chan []*snapshotPart, 1)
@@ -264,14 +229,14 @@ func (f *follower) changes() <-chan struct{} {
 }
 
 // record returns a copy of key's park, nil if it is not parked.
-func (f *follower) record(key string) *parkRecord {
+func (f *follower) record(key string) *ParkRecord {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.rp.state.record(key)
 }
 
 // list returns the parked keys.
-func (f *follower) list() []ParkedKey {
+func (f *follower) list() []Summary {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.rp.state.list()
@@ -293,6 +258,3 @@ func (f *follower) settle() {
 	defer f.mu.Unlock()
 	f.rp.whole, f.rp.pending = true, nil
 }
-
-// errFollowerStopped is returned to a waiter whose follower stopped.
-var errFollowerStopped = errors.New("keyorder/subscriber: the parking control log is no longer followed")
