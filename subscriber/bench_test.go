@@ -3,6 +3,8 @@ package subscriber_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/keyorder/keyorder/internal/harness"
+	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/subscriber"
 )
@@ -220,4 +223,103 @@ func newBacklog(b *testing.B, client *pubsub.Client, publish func(p *publisher.P
 		b.Fatal(err)
 	}
 	return sub
+}
+
+// BenchmarkParkingLatency measures what parking costs a message of a key
+// new to the process, the case its barrier is for: on the faithful fake
+// with 25 ms added to each publish and each delivery, as on the service,
+// a message of a new key is published every 10 ms to a running Receive,
+// and the time from its Publish call to its handler call is taken. Keys
+// are sparse: every message has a key of its own. "keyorder" receives
+// without parking, "keyorder+parking" with it; p50 and p90 are the
+// medians over the round's messages, and "ratio" is parking's p50 over
+// the p50 without, taken in the same run.
+func BenchmarkParkingLatency(b *testing.B) {
+	const (
+		latency = 25 * time.Millisecond
+		every   = 10 * time.Millisecond
+		msgs    = 200
+	)
+	_, client := harness.Fake(b, orderingtest.WithLatency(latency))
+	ctx := context.Background()
+	round := func(b *testing.B, opts ...subscriber.Option) []time.Duration {
+		sub := newBacklog(b, client, func(*publisher.Publisher) {})
+		s, err := subscriber.Open(ctx, client, sub, opts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var mu sync.Mutex
+		sent := map[string]time.Time{}
+		took := make([]time.Duration, 0, msgs)
+		up, all := make(chan struct{}), make(chan struct{})
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			done <- s.Receive(rctx, func(_ context.Context, d *subscriber.Delivery) error {
+				if d.Key == "warm-up" {
+					close(up)
+					return nil
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				took = append(took, time.Since(sent[d.Key]))
+				if len(took) == msgs {
+					close(all)
+				}
+				return nil
+			})
+		}()
+		p, err := publisher.New(client, s.Topic())
+		if err != nil {
+			b.Fatal(err)
+		}
+		// A first message, and its handler call, say the Receive is up,
+		// its control log replayed: only then is the clock started.
+		p.Publish(ctx, &publisher.Message{Data: []byte("x")}, publisher.WithOrderingKey("warm-up"))
+		select {
+		case <-up:
+		case err := <-done:
+			b.Fatalf("Receive returned early: %v", err)
+		}
+		tick := time.NewTicker(every)
+		for i := 0; i < msgs; i++ {
+			key := fmt.Sprintf("sparse-%d", i)
+			mu.Lock()
+			sent[key] = time.Now()
+			mu.Unlock()
+			p.Publish(ctx, &publisher.Message{Data: []byte("x")}, publisher.WithOrderingKey(key))
+			<-tick.C
+		}
+		tick.Stop()
+		select {
+		case <-all:
+		case err := <-done:
+			b.Fatalf("Receive returned early: %v", err)
+		case <-time.After(time.Minute):
+			b.Fatal("not every message was handled")
+		}
+		cancel()
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+		if err := p.Close(ctx); err != nil {
+			b.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		slices.Sort(took)
+		return took
+	}
+	var ratios []float64
+	for b.Loop() {
+		without := round(b)
+		with := round(b, subscriber.WithParking("bench-latency-parked"))
+		ratios = append(ratios, float64(with[len(with)/2])/float64(without[len(without)/2]))
+		b.ReportMetric(float64(without[len(without)/2].Milliseconds()), "p50-ms")
+		b.ReportMetric(float64(with[len(with)/2].Milliseconds()), "p50-parking-ms")
+		b.ReportMetric(float64(with[len(with)*9/10].Milliseconds()), "p90-parking-ms")
+	}
+	slices.Sort(ratios)
+	b.ReportMetric(ratios[len(ratios)/2], "ratio")
+	b.ReportMetric(0, "ns/op")
 }
