@@ -115,19 +115,20 @@ func TestLatencyRedelivery(t *testing.T) {
 }
 
 // TestLatencyUnordered: messages without order wait as long, and a Seek
-// while messages wait delivers each of them once.
+// while messages wait delivers each of them once: those of a key, which
+// wait in its queue, and those without, which wait on their own.
 func TestLatencyUnordered(t *testing.T) {
 	t.Parallel()
 	const d = 200 * time.Millisecond
 	f := newFixture(t, nil, orderingtest.WithLatency(d))
 	sc := f.client.SubscriptionAdminClient
 	start := time.Now()
-	for _, m := range []*pubsubpb.PubsubMessage{{Data: []byte("a")}, {Data: []byte("b"), OrderingKey: "k"}} {
+	for _, m := range []*pubsubpb.PubsubMessage{{Data: []byte("b"), OrderingKey: "k"}, {Data: []byte("a")}} {
 		_, err := f.client.TopicAdminClient.Publish(f.ctx, &pubsubpb.PublishRequest{Topic: f.topic, Messages: []*pubsubpb.PubsubMessage{m}})
 		require.NoError(t, err)
 	}
-	// b, at least, waits for delivery now; Seek sends both back to wait
-	// again.
+	// a waits for delivery now, for d, unless the Seek takes longer to
+	// arrive; Seek sends both back to wait again.
 	_, err := sc.Seek(f.ctx, &pubsubpb.SeekRequest{Subscription: f.sub, Target: &pubsubpb.SeekRequest_Time{Time: timestamppb.New(start)}})
 	require.NoError(t, err)
 
