@@ -87,6 +87,18 @@ func (sub *subscription) line(e *entry) {
 	sub.wakeAll()
 }
 
+// delayedLoose returns the unordered messages of sub that wait in
+// Server.delays to be due, which are in no line yet.
+func (sub *subscription) delayedLoose() []*entry {
+	var out []*entry
+	for _, d := range sub.srv.delays {
+		if d.sub == sub && d.entry != nil && d.epoch == sub.epoch {
+			out = append(out, d.entry)
+		}
+	}
+	return out
+}
+
 // delayKey holds k back until at, when its next message is due; until then
 // route leaves it alone.
 func (sub *subscription) delayKey(k *keyState, at time.Time) {

@@ -35,6 +35,9 @@ func (sub *subscription) seek(t time.Time) {
 	for _, e := range sub.loose.all() {
 		add(e.msg)
 	}
+	for _, e := range sub.delayedLoose() {
+		add(e.msg)
+	}
 	for _, l := range sub.leases {
 		add(l.entry.msg)
 	}
