@@ -54,6 +54,7 @@ type config struct {
 	topicRetention time.Duration        // for a topic created; 0 for none (subscription.go)
 	push           pushOptions          // push.go
 	parking        string               // the parking topic; "" for none (park.go)
+	parkingWait    time.Duration        // park_barrier.go
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -69,6 +70,7 @@ func newConfig(opts []Option) (config, error) {
 		receive:        pubsub.DefaultReceiveSettings,
 		seqWindow:      DefaultSequenceWindow,
 		quiet:          DefaultQuietPeriod,
+		parkingWait:    DefaultParkingWait,
 	}
 	for i, opt := range opts {
 		if opt == nil {
@@ -506,3 +508,38 @@ const (
 	minTopicRetention = 10 * time.Minute
 	maxTopicRetention = 31 * 24 * time.Hour
 )
+
+// DefaultParkingWait is the default of [WithParkingWait].
+const DefaultParkingWait = 2 * time.Second
+
+// maxParkingWait bounds WithParkingWait: a process that dies while it
+// waits leaves what it parked leased for at least about this long (the
+// official client renews a lease of at least 10 s when 5 s are left), and
+// the key must not move to another process before the wait is over.
+const maxParkingWait = 5 * time.Second
+
+// WithParkingWait sets D, the bound on which parking's guarantee across
+// processes rests (park_barrier.go): a process that parks a key waits D,
+// from when it learned of the park, before it acks what it parked, so that
+// the key's next message reaches another process only once the park is D
+// old; and a process runs a message of a key new to it at once when a
+// marker it sent through the control log within the last D has come back,
+// which shows it every park older than D, and otherwise waits for one.
+// While it receives keys new to it, a process sends itself a marker every
+// D/4, without waiting for it; an idle one sends nothing.
+//
+// A larger D keeps a process's view fresh with fewer markers and makes
+// each park's ack later; a smaller one the reverse. When the control
+// topic's round trip exceeds about 3D/4, new keys wait for a marker, as if
+// D were 0: slower, never unsafe. [WithDrainTimeout] should exceed D, so
+// that a shutdown lets a park's wait finish. The default is
+// [DefaultParkingWait]; d is more than 0 and at most 5 s.
+func WithParkingWait(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 || d > maxParkingWait {
+			return invalid("WithParkingWait(%v): need more than 0 and at most %v", d, maxParkingWait)
+		}
+		c.parkingWait = d
+		return nil
+	}
+}

@@ -190,6 +190,7 @@ func startParking(ctx context.Context, r *receiver) (context.Context, error) {
 	}
 	p := &parking{r: r, topics: r.s.parking, log: lg, out: out, stopLoop: make(chan struct{}), loopDone: make(chan struct{})}
 	p.b.kick = make(chan struct{}, 1)
+	p.b.base, p.b.window = time.Now(), r.cfg.parkingWait
 	p.ops, p.cancelOps = context.WithCancel(context.Background())
 	rctx, cancel := context.WithCancelCause(ctx)
 	p.fail = cancel
@@ -204,6 +205,9 @@ func startParking(ctx context.Context, r *receiver) (context.Context, error) {
 func (p *parking) run() {
 	defer close(p.loopDone)
 	gone := p.log.Gone()
+	refresh := time.NewTimer(time.Hour)
+	refresh.Stop()
+	defer refresh.Stop()
 	for {
 		select {
 		case <-p.stopLoop:
@@ -213,7 +217,11 @@ func (p *parking) run() {
 			<-p.stopLoop
 			return
 		case <-p.b.kick:
-			p.barrierRound()
+		case <-refresh.C:
+		}
+		p.barrierRound()
+		if d, ok := p.b.nextRefresh(time.Now()); ok {
+			refresh.Reset(d)
 		}
 	}
 }

@@ -9,28 +9,53 @@ import (
 
 // A barrier keeps a delivery from running before this Receive has seen
 // every park of its key that another process recorded before the service
-// sent it.
+// sent it, at the cost of a marker's round trip for each park rather than
+// for each key new to the process.
 //
 // The service moves a key between the processes of a subscription only
 // when none has a message of it outstanding. A process that parks a key
-// records the park, and waits for the log to take it, before it acks what
-// it parked; only then can the key's next message go to another process.
-// That process's view of the log may lag, though, and show the key free.
-// So a delivery that arrives at a lane holding nothing of its key waits
-// for a marker: an event this Receive publishes after the delivery arrived
-// and sees come back (controllog.Log.Sync). The log is in one order, so by
-// then the Receive has applied every event published before the marker,
-// the park included.
+// records the park, learns of it from the log, and then waits D
+// (WithParkingWait) before it acks what it parked (flight.fly): the key's
+// next message can reach another process only once the park is D old, by
+// the parker's clock. That process's view of the log may lag, though, and
+// show the key free. Its view holds every event published before a marker
+// of its own that has come back (controllog.Log.Sync): the log is in one
+// order. So a delivery that arrives at a lane holding nothing of its key
+// runs at once if a marker this Receive sent within the last D, by its own
+// clock, has come back: that marker was published after the park was
+// stored, so the view has the park. Otherwise it waits for a marker sent
+// after it arrived, as every such delivery once did.
 //
-// Markers are shared: deliveries that arrive while one is on its way wait
-// for the next, so a busy Receive sends one marker per round trip to the
-// service, whatever its rate of new keys; a key whose deliveries keep
-// coming, or that runs, pays nothing.
+// To keep that window open without a wait, a Receive that is receiving
+// keys new to it sends itself a marker every D/4 and does not wait for it;
+// a Receive that sees no new key for D sends nothing. Markers are shared:
+// deliveries that arrive while one is on its way wait for the next, so a
+// busy Receive sends one marker per round trip at most.
+//
+// The argument uses durations on each process's clock, never wall times
+// compared across processes: it holds as long as the clocks of two
+// processes run at the same rate within a small fraction of D, which
+// monotonic clocks do. A parker that dies during its wait leaves what it
+// parked leased for at least 5 s more (the official client renews a
+// lease when 5 s of it are left), which is why D is at most 5 s. If the
+// control topic's round trip is longer than about 3D/4, markers come back
+// too late to keep the window open, and new keys wait for one each time:
+// slower, as before, never unsafe.
 type barrier struct {
 	// started counts the markers begun; a delivery arriving now needs the
 	// next. passed is the newest marker seen back. Both grow only.
 	started atomic.Uint64
 	passed  atomic.Uint64
+
+	// base is when the Receive began, set once; freshSent is when the
+	// newest marker seen back was sent, lastStart when the last one was
+	// begun, and lastNew when a key new to a lane last arrived, all as
+	// durations since base (0 for never).
+	base      time.Time
+	window    time.Duration // D; set once
+	freshSent atomic.Int64
+	lastStart atomic.Int64
+	lastNew   atomic.Int64
 
 	mu sync.Mutex
 	// lanes and calls wait for their fence. Guarded by mu; lock order: a
@@ -39,6 +64,35 @@ type barrier struct {
 	calls []fenceCall
 	// kick wakes the parking loop, which sends markers.
 	kick chan struct{}
+}
+
+// since returns now as a duration since b.base, never 0.
+func (b *barrier) since(now time.Time) int64 { return max(int64(now.Sub(b.base)), 1) }
+
+// arrived records that a delivery of a key new to its lane arrived at now,
+// and returns the marker it must wait for: 0 if the view is fresh, that is
+// if a marker sent within the window has come back, or else the first
+// marker begun after this call. Either way it keeps markers coming while
+// new keys do.
+func (b *barrier) arrived(now time.Time) uint64 {
+	t := b.since(now)
+	if b.lastNew.Swap(t) < t-int64(b.window)/4 {
+		b.mu.Lock()
+		b.wake() // new keys after a pause: the loop may have to begin sending markers
+		b.mu.Unlock()
+	}
+	if sent := b.freshSent.Load(); sent != 0 && t-sent <= int64(b.window) {
+		return 0
+	}
+	return b.want()
+}
+
+// refreshDue reports whether the loop should begin a marker now to keep
+// the window open: new keys arrived within the window, and none was begun
+// in the last quarter of it.
+func (b *barrier) refreshDue(now time.Time) bool {
+	t := b.since(now)
+	return t-b.lastNew.Load() <= int64(b.window) && t-b.lastStart.Load() >= int64(b.window)/4
 }
 
 // fenceLane is a lane whose deliveries wait for marker fence.
@@ -153,12 +207,14 @@ func (b *barrier) pass(n uint64) []*lane {
 }
 
 // barrierRound sends markers, one at a time, while something waits for
-// one not yet begun, and moves on the lanes each frees. Run by the
-// parking loop.
+// one not yet begun or a refresh is due, and moves on the lanes each
+// frees. Run by the parking loop.
 func (p *parking) barrierRound() {
 	b := &p.b
-	for b.wanted() {
+	for b.wanted() || b.refreshDue(time.Now()) {
 		n := b.started.Add(1)
+		sent := b.since(time.Now()) // before the marker is published
+		b.lastStart.Store(sent)
 		for tries := 1; ; tries++ {
 			err := p.log.Sync(p.ops)
 			if err == nil {
@@ -172,8 +228,21 @@ func (p *parking) barrierRound() {
 			case <-time.After(p.r.backoff(tries)):
 			}
 		}
+		if b.freshSent.Load() < sent {
+			b.freshSent.Store(sent) // only this loop stores it
+		}
 		for _, l := range b.pass(n) {
 			l.unfence()
 		}
 	}
+}
+
+// nextRefresh returns how long the loop may sleep before a refresh could
+// be due, or false if new keys have stopped coming.
+func (b *barrier) nextRefresh(now time.Time) (time.Duration, bool) {
+	t := b.since(now)
+	if t-b.lastNew.Load() > int64(b.window) {
+		return 0, false
+	}
+	return max(time.Duration(b.lastStart.Load()+int64(b.window)/4-t), time.Millisecond), true
 }

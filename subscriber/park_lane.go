@@ -55,8 +55,8 @@ func (p *parking) accept(l *lane) {
 		// Nothing of the key here: another process may have had it, and
 		// parked it, before the service sent j. A fence taken for an
 		// earlier delivery that did not stay (one nacked for room) is
-		// too early for j.
-		pk.fence = p.b.want()
+		// too early for j; none is needed while the view is fresh.
+		pk.fence = p.b.arrived(time.Now())
 	}
 }
 
@@ -165,7 +165,34 @@ func (fl *flight) fly() {
 	// The copies are stored before the log says they are parked: a
 	// release never waits for a copy that does not exist.
 	v, err := p.log.Record(ctx, controllog.Event{Kind: controllog.Forward, Key: fl.l.key, ParkID: park, IDs: ids})
+	if err == nil && v.Applied {
+		err = p.ripen(ctx, fl.l.key)
+	}
 	fl.land(err == nil && v.Applied, err)
+}
+
+// ripen waits, before what was parked of key is acked, until the park is
+// the parking wait old by this process's clock, from when it learned of
+// it: only then may the key's next message go to another process, whose
+// view is then sure to hold the park (park_barrier.go). It returns
+// ctx.Err() if ctx ends first; the flight's deliveries are then not acked.
+func (p *parking) ripen(ctx context.Context, key string) error {
+	seen := p.log.View().Seen(key)
+	if seen.IsZero() {
+		seen = time.Now() // unparked meanwhile: wait the whole bound
+	}
+	wait := p.b.window - time.Since(seen)
+	if wait <= 0 {
+		return nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // copyOf is the parking topic's copy of j's message.

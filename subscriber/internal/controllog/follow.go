@@ -48,8 +48,11 @@ type follower struct {
 	// writer waits on it for the log to move (Changes). Guarded by mu.
 	changed chan struct{}
 	// view is what Log.View returns, read without a lock; replaced under
-	// mu when the parked keys or the released messages change.
-	view atomic.Pointer[View]
+	// mu when the parked keys or the released messages change. seenAt
+	// holds, for each parked key, when this follower first applied its
+	// park, by the local clock; guarded by mu.
+	view   atomic.Pointer[View]
+	seenAt map[string]time.Time
 
 	// sub is the subscription being read, made by follow and deleted by
 	// halt; follows counts those made, to name them. cancel stops the
@@ -178,10 +181,19 @@ func (f *follower) deliver(_ context.Context, m *pubsub.Message) {
 // publishView replaces the view. f.mu must be held.
 func (f *follower) publishView() {
 	st := f.rp.state
-	v := &View{parked: make(map[string]string, len(st.keys))}
+	now := time.Now()
+	v := &View{parked: make(map[string]string, len(st.keys)), since: make(map[string]time.Time, len(st.keys))}
+	seenAt := make(map[string]time.Time, len(st.keys))
 	for k, rec := range st.keys {
 		v.parked[k] = rec.ParkID
+		at, ok := f.seenAt[k+"\x00"+rec.ParkID]
+		if !ok {
+			at = now
+		}
+		seenAt[k+"\x00"+rec.ParkID] = at
+		v.since[k] = at
 	}
+	f.seenAt = seenAt
 	if len(st.released) > 0 {
 		v.released = maps.Clone(st.released)
 	}
