@@ -48,16 +48,26 @@ func BenchmarkPublish(b *testing.B) {
 		})
 	})
 
-	b.Run("keyorder", func(b *testing.B) {
-		p, err := publisher.New(e.client, e.topic)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer func() { _ = p.Close(ctx) }()
-		bursts(b, burst, func(i int) *publisher.Result {
-			return p.Publish(ctx, &publisher.Message{Data: data, Headers: headers}, publisher.WithOrderingKey(names[i%keys]))
+	// keyorder stamps every keyed message (S12) by default; unstamped
+	// shows how much of the difference is the stamp's.
+	for _, bc := range []struct {
+		name string
+		opts []publisher.Option
+	}{
+		{"keyorder", nil},
+		{"keyorder-unstamped", []publisher.Option{publisher.WithoutStamps()}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			p, err := publisher.New(e.client, e.topic, bc.opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() { _ = p.Close(ctx) }()
+			bursts(b, burst, func(i int) *publisher.Result {
+				return p.Publish(ctx, &publisher.Message{Data: data, Headers: headers}, publisher.WithOrderingKey(names[i%keys]))
+			})
 		})
-	})
+	}
 }
 
 // BenchmarkPublishBatches takes the official client's batching out of the
