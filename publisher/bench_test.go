@@ -16,7 +16,7 @@ import (
 // BenchmarkPublish compares keyorder's Publisher with the official client
 // it wraps, on one pstest server that answers without storing. Each op is
 // a burst of 100,000 messages, published round-robin over 1000 ordering
-// keys with default settings and waited for. The two sub-benchmarks share
+// keys with default settings and waited for. The sub-benchmarks share
 // the server.
 //
 // With default settings a key's batch fills while the key's previous batch
@@ -48,16 +48,35 @@ func BenchmarkPublish(b *testing.B) {
 		})
 	})
 
-	b.Run("keyorder", func(b *testing.B) {
-		p, err := publisher.New(e.client, e.topic)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer func() { _ = p.Close(ctx) }()
-		bursts(b, burst, func(i int) *publisher.Result {
-			return p.Publish(ctx, &publisher.Message{Data: data, Headers: headers}, publisher.WithOrderingKey(names[i%keys]))
+	keyorderSides(b, e, burst, names)
+}
+
+// keyorderSides runs keyorder as sub-benchmarks of b, publishing bursts
+// of n messages to e's topic, message i with key names[i%len(names)], with
+// opts: "keyorder", stamped as by default (S12), and "keyorder-unstamped",
+// which shows what the stamp costs.
+func keyorderSides(b *testing.B, e env, n int, names []string, opts ...publisher.Option) {
+	ctx := context.Background()
+	data := make([]byte, 128)
+	headers := map[string]string{"kind": "order-created"}
+	for _, bc := range []struct {
+		name string
+		opts []publisher.Option
+	}{
+		{"keyorder", opts},
+		{"keyorder-unstamped", append(opts[:len(opts):len(opts)], publisher.WithoutStamps())},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			p, err := publisher.New(e.client, e.topic, bc.opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() { _ = p.Close(ctx) }()
+			bursts(b, n, func(i int) *publisher.Result {
+				return p.Publish(ctx, &publisher.Message{Data: data, Headers: headers}, publisher.WithOrderingKey(names[i%len(names)]))
+			})
 		})
-	})
+	}
 }
 
 // BenchmarkPublishBatches takes the official client's batching out of the
@@ -106,26 +125,7 @@ func BenchmarkPublishBatches(b *testing.B) {
 		})
 	})
 
-	// keyorder stamps every keyed message (S12) by default; unstamped
-	// shows what the stamps cost.
-	for _, bc := range []struct {
-		name string
-		opts []publisher.Option
-	}{
-		{"keyorder", nil},
-		{"keyorder-unstamped", []publisher.Option{publisher.WithoutStamps()}},
-	} {
-		b.Run(bc.name, func(b *testing.B) {
-			p, err := publisher.New(e.client, e.topic, append(bc.opts, publisher.WithPublishSettings(settings))...)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer func() { _ = p.Close(ctx) }()
-			bursts(b, keys*perKey, func(i int) *publisher.Result {
-				return p.Publish(ctx, &publisher.Message{Data: data, Headers: headers}, publisher.WithOrderingKey(names[i%keys]))
-			})
-		})
-	}
+	keyorderSides(b, e, keys*perKey, names, publisher.WithPublishSettings(settings))
 }
 
 // perMessage measures what a benchmark spends per message: make it with

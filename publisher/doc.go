@@ -54,10 +54,11 @@
 //
 // # Stamps
 //
-// Every keyed message carries two attributes, its producer's ID and its
-// number in the producer's sequence for its key ([ordering.Stamp]), so
-// that a subscriber can ack unrun a copy the service stored twice and
-// report the numbers that never arrived (S12 and P9). Each Publisher is a
+// Every keyed message carries one attribute, [ordering.StampAttribute],
+// with its producer's ID and its number in the producer's sequence for its
+// key ([ordering.Stamp]), so that a subscriber can ack unrun a copy the
+// service stored twice and report the numbers that never arrived (S12 and
+// P9). Each Publisher is a
 // producer of its own ([Publisher.Producer], [WithProducerID]), numbers
 // each key's messages from 1 in publish order, and never gives a number
 // twice: [Publisher.Retry] numbers a failed tail anew, and a key whose
@@ -84,7 +85,10 @@
 // CPU per call to the official client's own Publish (3 to 4 µs), and the
 // key's goroutine about 0.4 µs per message to settle its Result. With the
 // garbage and the smaller batches that follow, keyorder spends 7 to 10%
-// more CPU per message than the official client alone.
+// more CPU per message than the official client alone. A stamp adds one
+// attribute, which costs the official client about 17 allocations and
+// 610 bytes per message, in protobuf's reflective encoding of the
+// attribute map; keyorder's own part of it is half an allocation.
 //
 // The official client offers no callback when a result is ready, only a
 // channel to wait on, so some goroutine must wait for each key's batches:
