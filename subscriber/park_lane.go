@@ -132,43 +132,54 @@ type flight struct {
 func (fl *flight) fly() {
 	p := fl.p
 	defer p.flights.Done()
-	ctx := p.ops
-	park := fl.park
-	if fl.cause != nil && park == "" {
-		v, err := p.log.Record(ctx, controllog.Event{Kind: controllog.Park, Key: fl.l.key, Msg: fl.cause.id, Err: fl.cause.err})
+	parked, parkedIt, err := p.move(p.ops, fl.l.key, fl.jobs, fl.park, fl.cause)
+	fl.land(parked, err)
+	if parkedIt {
+		// Told once the flight has landed, so that a callback cannot hold
+		// it up.
+		p.told(KeyParked, fl.l.key, fl.cause, time.Now(), "")
+	}
+}
+
+// move moves jobs, deliveries of key, to the parking topic: it parks the
+// key first if park is "" (cause says why), publishes their copies, in
+// order, records them under the park, and waits for the park to ripen. It
+// reports whether they are parked, and so may be acked, and whether this
+// call parked the key. It reports false with a nil error when the log
+// refused them (the key was released meanwhile, or its new park ended at
+// once): they are then to run, or move again, as the view now says.
+func (p *parking) move(ctx context.Context, key string, jobs []*job, park string, cause *parkCause) (parked, parkedIt bool, err error) {
+	if cause != nil && park == "" {
+		v, err := p.log.Record(ctx, controllog.Event{Kind: controllog.Park, Key: key, Msg: cause.id, Err: cause.err})
 		if err != nil {
-			fl.land(false, err)
-			return
+			return false, false, err
 		}
 		if park = v.ParkID; park == "" {
-			fl.land(false, nil) // ended as soon as begun: try again
-			return
+			return false, false, nil
 		}
-		if v.Applied {
-			// This process parked the key: tell the user once the flight
-			// has landed, so that a callback cannot hold it up.
-			defer p.told(KeyParked, fl.l.key, fl.cause, time.Now(), "")
-		}
+		parkedIt = v.Applied
 	}
-	results := make([]*publisher.Result, len(fl.jobs))
-	for i, j := range fl.jobs {
-		results[i] = p.out.Publish(ctx, fl.copyOf(j, park), publisher.WithOrderingKey(fl.l.key))
+	results := make([]*publisher.Result, len(jobs))
+	for i, j := range jobs {
+		results[i] = p.out.Publish(ctx, p.copyOf(j, park, cause), publisher.WithOrderingKey(key))
 	}
-	ids := make([]string, len(fl.jobs))
+	ids := make([]string, len(jobs))
 	for i, res := range results {
 		if _, err := res.Get(ctx); err != nil {
-			fl.land(false, err)
-			return
+			return false, parkedIt, err
 		}
-		ids[i] = fl.jobs[i].d.ID
+		ids[i] = jobs[i].d.ID
 	}
 	// The copies are stored before the log says they are parked: a
 	// release never waits for a copy that does not exist.
-	v, err := p.log.Record(ctx, controllog.Event{Kind: controllog.Forward, Key: fl.l.key, ParkID: park, IDs: ids})
-	if err == nil && v.Applied {
-		err = p.ripen(ctx, fl.l.key)
+	v, err := p.log.Record(ctx, controllog.Event{Kind: controllog.Forward, Key: key, ParkID: park, IDs: ids})
+	if err != nil || !v.Applied {
+		return false, parkedIt, err
 	}
-	fl.land(err == nil && v.Applied, err)
+	if err := p.ripen(ctx, key); err != nil {
+		return false, parkedIt, err
+	}
+	return true, parkedIt, nil
 }
 
 // ripen waits, before what was parked of key is acked, until the park is
@@ -195,8 +206,9 @@ func (p *parking) ripen(ctx context.Context, key string) error {
 	}
 }
 
-// copyOf is the parking topic's copy of j's message.
-func (fl *flight) copyOf(j *job, park string) *publisher.Message {
+// copyOf is the parking topic's copy of j's message, parked under park;
+// cause is why the key parked, if it did with this move.
+func (p *parking) copyOf(j *job, park string, cause *parkCause) *publisher.Message {
 	m := j.msg
 	headers := make(map[string]string, len(m.Attributes)+6+ordering.StampAttributes)
 	for k, v := range m.Attributes {
@@ -214,11 +226,11 @@ func (fl *flight) copyOf(j *job, park string) *publisher.Message {
 	headers[AttrMessageID] = j.d.ID
 	// The rest as room allows: the service takes 100 attributes.
 	extra := [][2]string{
-		{AttrSubscription, fl.p.r.s.name},
+		{AttrSubscription, p.r.s.name},
 		{AttrPublishTime, m.PublishTime.UTC().Format(time.RFC3339Nano)},
 		{AttrAttempts, "0"},
 	}
-	if c := fl.cause; c != nil && c.id == j.d.ID {
+	if c := cause; c != nil && c.id == j.d.ID {
 		extra[2][1] = strconv.Itoa(c.attempt)
 		extra = append(extra, [2]string{AttrError, truncateUTF8(c.err, publisher.MaxAttributeValueBytes)})
 	}
