@@ -137,8 +137,13 @@ func (b *barrier) wake() {
 // before the call, or returns ctx.Err(): it waits for the barrier's next
 // marker, which it shares with the lanes.
 func (p *parking) sync(ctx context.Context) error {
+	return p.syncTo(ctx, p.b.want())
+}
+
+// syncTo waits until marker fence has come back, or returns ctx.Err().
+func (p *parking) syncTo(ctx context.Context, fence uint64) error {
 	b := &p.b
-	c := fenceCall{fence: b.want(), done: make(chan struct{})}
+	c := fenceCall{fence: fence, done: make(chan struct{})}
 	b.mu.Lock()
 	if b.passed.Load() >= c.fence {
 		b.mu.Unlock()

@@ -240,7 +240,11 @@ func (s *Subscription) PushHandler(h Handler) http.Handler {
 		panic(err) // the options were checked when s was made
 	}
 	d := &pushDoor{r: r, validator: s.cfg.push.validator}
-	s.current.Store(r)
+	if s.parking != nil {
+		d.parking = startPushParking(r) // stores s.current once up
+	} else {
+		s.current.Store(r)
+	}
 	s.pushing.Store(d)
 	return d
 }
@@ -272,8 +276,16 @@ type pushDoor struct {
 	validatorErr error
 	once         sync.Once
 
-	// calls counts the requests running a handler call; closeOnce closes
-	// the receiver once.
+	// parking keeps the control log, with WithParking (push_park.go); keys
+	// runs a key's pushes one at a time.
+	parking *pushParking
+	keys    keyGate
+
+	// calls counts the requests at work; a request joins it under mu
+	// unless closed is set, which close sets under mu before it waits.
+	// closeOnce closes the receiver once.
+	mu        sync.Mutex
+	closed    bool
 	calls     sync.WaitGroup
 	closeOnce sync.Once
 	closeErr  error
@@ -298,12 +310,12 @@ func (d *pushDoor) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	j, v, ok := d.run(req, m)
-	if !ok {
-		http.Error(w, "shutting down", http.StatusServiceUnavailable)
+	out, err := d.run(req, m)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	switch out := d.settle(j, v); out {
+	switch out {
 	case outAcked, outDeduplicated, outParked:
 		w.WriteHeader(http.StatusNoContent)
 	case outShutdown:
@@ -315,28 +327,73 @@ func (d *pushDoor) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 
 // run takes m through the call path on a goroutine of its own, so that a
 // handler that exits its goroutine still gets its request answered (S11),
-// and returns the job and the decision; ok is false when the door is
-// closed.
-func (d *pushDoor) run(req *http.Request, m *pubsub.Message) (j *job, v decision, ok bool) {
-	r := d.r
-	if r.stopped() {
-		return nil, decision{}, false
+// and through parking's steps with WithParking, and returns the outcome
+// the answer reports; or an error, for a 503, when the door is closed or
+// parking is not up.
+func (d *pushDoor) run(req *http.Request, m *pubsub.Message) (outcome, error) {
+	r, ctx := d.r, req.Context()
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return 0, errShuttingDown
 	}
 	d.calls.Add(1)
+	d.mu.Unlock()
 	defer d.calls.Done()
+	var p *parking
+	if d.parking != nil {
+		var err error
+		if p, err = d.parking.await(ctx); err != nil {
+			return 0, err
+		}
+	}
+	if m.OrderingKey != "" {
+		done, err := d.keys.enter(ctx, m.OrderingKey)
+		if err != nil {
+			return 0, err
+		}
+		defer done()
+	}
 	r.s.counts.received.Add(1)
-	j = newJob(req.Context(), m)
+	j := newJob(ctx, m)
 	j.d.DeliveryAttempt = j.deliveryAttempt()
+	if p != nil && j.d.Key != "" {
+		parked, err := p.divertPush(ctx, j)
+		if err != nil {
+			return 0, err
+		}
+		if parked {
+			return d.parked(j), nil
+		}
+	}
 	// The handler's context ends with the request, as the service stops
 	// waiting for the answer then, or with the door's drain.
 	life, cancel := context.WithCancel(r.handlerCtx)
 	defer cancel()
-	defer context.AfterFunc(req.Context(), cancel)()
+	defer context.AfterFunc(ctx, cancel)()
 	j.life = life
 	answer := make(chan decision, 1)
 	go r.call(j, pushAnswer(answer))
-	return j, <-answer, true
+	v := <-answer
+	if v.kind == failedForGood && p != nil && j.d.Key != "" {
+		if parked, err := p.parkPush(ctx, j, v.err); parked {
+			return d.parked(j), nil
+		} else if err != nil {
+			slog.Warn("keyorder/subscriber: could not park a pushed message; the service will push it again",
+				"subscription", r.s.name, "key", j.d.Key, "err", err)
+		}
+	}
+	return d.settle(j, v), nil
 }
+
+// parked counts j as moved to the parking topic.
+func (d *pushDoor) parked(j *job) outcome {
+	d.r.s.counts.parked.Add(1)
+	d.r.count(j, outParked)
+	return outParked
+}
+
+var errShuttingDown = errors.New("shutting down")
 
 // pushAnswer is the door of one push request: it hands the decision to the
 // request's goroutine, which settles it by its answer.
@@ -372,6 +429,9 @@ func (d *pushDoor) settle(j *job, v decision) outcome {
 func (d *pushDoor) close(ctx context.Context) error {
 	d.closeOnce.Do(func() {
 		r := d.r
+		d.mu.Lock()
+		d.closed = true
+		d.mu.Unlock()
 		close(r.stopping)
 		drained := make(chan struct{})
 		go func() {
@@ -388,6 +448,9 @@ func (d *pushDoor) close(ctx context.Context) error {
 		}
 		r.cancelHandlers()
 		<-drained
+		if d.parking != nil {
+			d.parking.close()
+		}
 		r.obs.close()
 		r.s.current.Store(nil)
 	})

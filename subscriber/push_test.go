@@ -396,3 +396,44 @@ func TestPushHandlerMisuse(t *testing.T) {
 	pull := newFakeEnv(t, nil)
 	assert.Panics(t, func() { pull.sub.PushHandler(h) })
 }
+
+// TestPushParking: on a push subscription with parking, a message that
+// fails for good parks its key, answered 204 once parked; the key's later
+// pushes go to the parking topic too, while other keys run. Release runs
+// the parked messages in order through the push endpoint's handler, and
+// the key's next pushes then run. Every message runs once, in order.
+func TestPushParking(t *testing.T) {
+	t.Parallel()
+	topic, _ := names()
+	park := "parked-" + topic
+	tr := newTracker([]string{"other"}, 4)
+	tr.expect("k", 7)
+	var fixed atomic.Bool
+	e := newPushEnv(t, tr.handler(func(_ context.Context, d *subscriber.Delivery) error {
+		if string(d.Data) == "k/2" && !fixed.Load() {
+			return subscriber.Permanent(errInjected)
+		}
+		return nil
+	}), subscriber.WithParking(park), subscriber.WithParkingWait(100*time.Millisecond))
+	pe := parkEnv{fakeEnv: e.fakeEnv, parkTopic: path(e.client, "topics", park)}
+
+	e.publishSeqs(t, "k", 1, 5)
+	e.publishSeqs(t, "other", 1, 4)
+	pe.awaitParked(t, "k", 4)
+	require.NoError(t, tr.await(testContext(t), func() bool { return tr.processed("other") == 4 }), "other keys go on")
+	assert.Equal(t, 1, tr.processed("k"))
+	assert.Equal(t, seqs("k", 2, 5), pe.parkedData())
+	assert.EqualValues(t, 4, e.sub.Stats().Parked)
+
+	fixed.Store(true)
+	require.NoError(t, e.sub.Release(testContext(t), "k"))
+	assert.Equal(t, 5, tr.processed("k"), "Release returns once the parked messages ran")
+	e.publishSeqs(t, "k", 6, 7)
+	select {
+	case <-tr.done:
+	case <-time.After(testTimeout):
+		t.Fatalf("k has %d processed; %s", tr.processed("k"), pe.describe())
+	}
+	tr.verify(t)
+	assert.EqualValues(t, 4, e.sub.Stats().Released)
+}

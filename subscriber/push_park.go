@@ -1,0 +1,190 @@
+package subscriber
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Parking from push. A push endpoint with WithParking keeps the control
+// log as a Receive does, for as long as the endpoint is open: pushParking
+// starts it when PushHandler makes the endpoint, retrying until it is up,
+// and Close stops it. A push of a keyed message then goes through the same
+// steps as a delivery to a lane that holds nothing of its key (the service
+// keeps one message of a key outstanding, so every push is one):
+//
+//  1. The barrier (park_barrier.go): the push waits for a marker unless a
+//     marker sent within the parking wait has come back.
+//  2. If the view shows the key parked, the message moves to the parking
+//     topic (parking.move) and is acked: 204.
+//  3. Otherwise it runs through the call path; if it fails for good, its
+//     key parks with it, and it is acked once the park has ripened.
+//
+// Every push waits for the log to be up, the first ones a round trip or
+// two, since what the call path and Release read of parking is set then;
+// and the endpoint is the subscription's running receiver (Stats, Release)
+// from then on. If the log is lost after, pushes are answered 503, for the
+// service to push them again.
+
+// pushParking runs the control log for a push endpoint.
+type pushParking struct {
+	r     *receiver
+	ready chan struct{} // closed once r.park is set
+	// lost is set, and failed closed, if the log stops being followed
+	// after it was up; keyed pushes are then answered 503 until Close.
+	lost   chan struct{}
+	stop   context.CancelFunc // ends the starting loop
+	done   chan struct{}      // closed when the loop returns
+	parked *parking           // r.park, once ready
+}
+
+// startPushParking starts the control log for r, on a goroutine of its
+// own, until stopped.
+func startPushParking(r *receiver) *pushParking {
+	ctx, cancel := context.WithCancel(context.Background())
+	pp := &pushParking{r: r, ready: make(chan struct{}), lost: make(chan struct{}), stop: cancel, done: make(chan struct{})}
+	go pp.run(ctx)
+	return pp
+}
+
+func (pp *pushParking) run(ctx context.Context) {
+	defer close(pp.done)
+	for tries := 1; ; tries++ {
+		rctx, err := startParking(ctx, pp.r) // sets r.park
+		if rctx != nil {
+			pp.parked = pp.r.park
+			pp.r.s.current.Store(pp.r)
+			close(pp.ready)
+			<-rctx.Done()
+			if ctx.Err() == nil {
+				slog.Error("keyorder/subscriber: the push endpoint's parking control log is no longer followed; keyed pushes are refused until Close",
+					"subscription", pp.r.s.name, "err", context.Cause(rctx))
+				close(pp.lost)
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		slog.Warn("keyorder/subscriber: could not start the push endpoint's parking control log; will try again",
+			"subscription", pp.r.s.name, "err", err)
+		t := time.NewTimer(pp.r.backoff(tries))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+	}
+}
+
+// await returns the parking component once it is up, or an error if ctx
+// ends first or the log was lost. Once it has returned, r.park may be
+// read: it was set before ready was closed.
+func (pp *pushParking) await(ctx context.Context) (*parking, error) {
+	select {
+	case <-pp.lost:
+		return nil, errParkingLost
+	default:
+	}
+	select {
+	case <-pp.ready:
+		return pp.parked, nil
+	case <-pp.lost:
+		return nil, errParkingLost
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// close stops the control log: releases stop and moves land within the
+// drain timeout, then the log is closed.
+func (pp *pushParking) close() {
+	select {
+	case <-pp.ready:
+		pp.parked.shutdown()
+		pp.stop()
+		<-pp.done
+		_ = pp.parked.stop(nil)
+	default:
+		pp.stop()
+		<-pp.done
+		if pp.parked != nil { // came up meanwhile
+			pp.parked.shutdown()
+			_ = pp.parked.stop(nil)
+		}
+	}
+}
+
+var errParkingLost = errors.New("keyorder/subscriber: the parking control log is no longer followed")
+
+// divertPush is steps 1 and 2 above, for j, a push of a keyed message: it
+// reports whether j was parked, and so is to be acked, or, with an error,
+// that it could not be told.
+func (p *parking) divertPush(ctx context.Context, j *job) (bool, error) {
+	if fence := p.b.arrived(time.Now()); fence != 0 {
+		if err := p.syncTo(ctx, fence); err != nil {
+			return false, err
+		}
+	}
+	park := p.log.View().ParkID(j.d.Key)
+	if park == "" {
+		return false, nil
+	}
+	parked, _, err := p.move(ctx, j.d.Key, []*job{j}, park, nil)
+	return parked, err
+}
+
+// parkPush is step 3's end: j, a push that failed for good, parks its key.
+// It reports whether j was parked, and so is to be acked.
+func (p *parking) parkPush(ctx context.Context, j *job, err error) (bool, error) {
+	cause := &parkCause{id: j.d.ID, err: err.Error(), attempt: j.d.Attempt}
+	parked, parkedIt, merr := p.move(ctx, j.d.Key, []*job{j}, "", cause)
+	if parked {
+		p.r.tries.succeed(j.d.ID) // a release gives it its attempts afresh
+	}
+	if parkedIt {
+		p.told(KeyParked, j.d.Key, cause, time.Now(), "")
+	}
+	return parked, merr
+}
+
+// keyGate runs the pushes of one key one at a time. The service keeps one
+// message of a key outstanding, but a push whose answer came too late is
+// pushed again while its first call may still run; the second waits for
+// the first, then finds it processed (S6) or runs it again after it.
+type keyGate struct {
+	mu   sync.Mutex
+	busy map[string]chan struct{} // closed when the key's push ends
+}
+
+// enter waits until no other push of key runs, and returns the function
+// that ends this one; or ctx.Err().
+func (g *keyGate) enter(ctx context.Context, key string) (func(), error) {
+	for {
+		g.mu.Lock()
+		ch, taken := g.busy[key]
+		if !taken {
+			if g.busy == nil {
+				g.busy = map[string]chan struct{}{}
+			}
+			ch = make(chan struct{})
+			g.busy[key] = ch
+			g.mu.Unlock()
+			return func() {
+				g.mu.Lock()
+				delete(g.busy, key)
+				g.mu.Unlock()
+				close(ch)
+			}, nil
+		}
+		g.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
