@@ -134,6 +134,14 @@ func (r *receiver) judge(j *job, v decision) decision {
 	return v
 }
 
+// failedForGood counts j's message in Stats.Failed, the first time it
+// fails for good: the doors call it when they apply the failure policy.
+func (r *receiver) failedForGood(j *job) {
+	if r.tries.giveUp(j.d.ID) {
+		r.s.counts.failed.Add(1)
+	}
+}
+
 // processedBefore reports whether the message id was processed already:
 // in this Receive (S6), or, with parking, by the release of a park that
 // has ended since (its ack may have been lost).

@@ -46,9 +46,10 @@ type Delivery struct {
 	// stamp. Seq increases with each message of the producer for the
 	// key, across its epochs ([ordering.SplitSeq]); keyorder's publisher
 	// keeps it below 2^63, so that it fits an int64 column. A valid
-	// stamp's two attributes are taken out of Headers, so that Headers
-	// hold what the producer's caller set; a malformed one's are left
-	// there, for the handler to see.
+	// stamp's attribute ([ordering.StampAttribute], or the two of the
+	// older form) is taken out of Headers, so that Headers hold what the
+	// producer's caller set; a malformed one's are left there, for the
+	// handler to see.
 	Producer string
 	Seq      uint64
 }

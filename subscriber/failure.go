@@ -46,6 +46,7 @@ func (l *lane) failed(j *job, v decision, now time.Time, fx *effects) {
 	}
 
 	j.err = err // for the log of its failure
+	r.failedForGood(j)
 	if r.park != nil && l.key != "" {
 		r.park.park(l, j, err) // park.go: the key parks instead of being held
 		return

@@ -29,8 +29,9 @@ type attempts struct{ w *window.Window[attempt] }
 const attemptWindow = 10_000
 
 type attempt struct {
-	calls    int // handler calls so far
-	failures int // failed calls that count against the limit
+	calls    int  // handler calls so far
+	failures int  // failed calls that count against the limit
+	gaveUp   bool // it failed for good: counted in Stats.Failed
 }
 
 func newAttempts() attempts { return attempts{window.New[attempt](attemptWindow)} }
@@ -51,6 +52,17 @@ func (a attempts) fail(id string, calls int, counted bool) int {
 		}
 		return v
 	}).failures
+}
+
+// giveUp records that message id failed for good, and reports whether it
+// had not already, so that Stats.Failed counts it once however many
+// deliveries bring it back.
+func (a attempts) giveUp(id string) (first bool) {
+	a.w.Update(id, func(v attempt) attempt {
+		first, v.gaveUp = !v.gaveUp, true
+		return v
+	})
+	return first
 }
 
 // succeed forgets message id.

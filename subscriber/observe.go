@@ -220,8 +220,11 @@ func (o *recorder) keyEvent(ev KeyEvent) {
 		o.log.LogAttrs(context.Background(), slog.LevelWarn, "keyorder/subscriber: key parked",
 			append(attrs, slog.Any("error", ev.Err))...)
 	case KeyUnparked:
+		// The message that parked the key ran in the release; its calls
+		// before the park are not kept, so no attempt is logged.
 		o.log.LogAttrs(context.Background(), slog.LevelInfo, "keyorder/subscriber: key unparked",
-			append(attrs, slog.Duration("parked_for", ev.At.Sub(ev.Since)))...)
+			slog.String("key", ev.Key), slog.String("message_id", ev.MessageID),
+			slog.Duration("parked_for", ev.At.Sub(ev.Since)))
 	}
 }
 

@@ -45,9 +45,9 @@ import (
 //     being nacked with its tail (S5).
 
 // Attributes of a parked message, besides its own. A parked message keeps
-// its original's stamp ([ordering.ProducerAttribute],
-// [ordering.SeqAttribute]), which the parking publisher does not replace,
-// so that the released Delivery has the original's Producer and Seq.
+// its original's stamp ([ordering.StampAttribute]), which the parking
+// publisher does not replace, so that the released Delivery has the
+// original's Producer and Seq.
 const (
 	// AttrParkID names the park the message belongs to: its key's park
 	// from the failure to the release. Releases read the parking topic

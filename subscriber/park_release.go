@@ -390,6 +390,7 @@ func (rr *releaseRun) settle(j *job, v decision) {
 		rr.p.r.s.counts.released.Add(1)
 		rr.recorded = rr.progress(id)
 	case failedForGood:
+		rr.p.r.failedForGood(j)
 		rr.p.r.tries.succeed(id)
 		rr.stop(v.err, id, v.err.Error())
 	}

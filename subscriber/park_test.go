@@ -130,7 +130,7 @@ func TestParkingPoisonMidKey(t *testing.T) {
 	}
 	st := e.sub.Stats()
 	assert.Equal(t, int64(7), st.Parked)
-	assert.Zero(t, st.Failed, "nothing was nacked as failed")
+	assert.Equal(t, int64(1), st.Failed, "the poison message failed for good, and parked its key")
 	assert.Zero(t, e.srv.Stats(e.sub.Name()).Nacked, "nothing of the key went back to the service")
 
 	after, err := e.sub.Parked(testContext(t))

@@ -376,6 +376,7 @@ func (d *pushDoor) run(req *http.Request, m *pubsub.Message) (outcome, error) {
 	go r.call(j, pushAnswer(answer))
 	v := <-answer
 	if v.kind == failedForGood && p != nil && j.d.Key != "" {
+		r.failedForGood(j)
 		if parked, err := p.parkPush(ctx, j, v.err); parked {
 			return d.parked(j), nil
 		} else if err != nil {
@@ -416,6 +417,7 @@ func (d *pushDoor) settle(j *job, v decision) outcome {
 		r.s.counts.retried.Add(1)
 	case failedForGood:
 		out = outFailed
+		r.failedForGood(j)
 		if r.deadLettered(j) {
 			r.s.counts.deadLettered.Add(1)
 		}

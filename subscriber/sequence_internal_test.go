@@ -157,8 +157,14 @@ func TestDeliveryStamp(t *testing.T) {
 		seq      uint64
 		headers  map[string]string
 	}{
-		{"stamped", map[string]string{"a": "1", ordering.ProducerAttribute: "p", ordering.SeqAttribute: "7"},
+		{"stamped", map[string]string{"a": "1", ordering.StampAttribute: "0.7@p"},
 			"p", 7, map[string]string{"a": "1", ordering.Header: "k"}},
+		{"stamped in the older form", map[string]string{"a": "1", ordering.ProducerAttribute: "p", ordering.SeqAttribute: "7"},
+			"p", 7, map[string]string{"a": "1", ordering.Header: "k"}},
+		{"stamped in both forms", map[string]string{ordering.StampAttribute: "0.7@p", ordering.ProducerAttribute: "p", ordering.SeqAttribute: "7"},
+			"", 0, map[string]string{ordering.StampAttribute: "0.7@p", ordering.ProducerAttribute: "p", ordering.SeqAttribute: "7", ordering.Header: "k"}},
+		{"malformed new form", map[string]string{ordering.StampAttribute: "0.07@p"},
+			"", 0, map[string]string{ordering.StampAttribute: "0.07@p", ordering.Header: "k"}},
 		{"not stamped", map[string]string{"a": "1"},
 			"", 0, map[string]string{"a": "1", ordering.Header: "k"}},
 		{"no attributes", nil,

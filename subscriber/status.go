@@ -51,7 +51,9 @@ const (
 	// that parked it.
 	KeyParked
 	// KeyUnparked: [Subscription.Release] ran the key's parked messages
-	// and unparked it. Told by the process that released it.
+	// and unparked it. Told by the process that released it, with the
+	// message that parked the key; Attempt is 0, as the control log does
+	// not keep that message's calls.
 	KeyUnparked
 )
 
@@ -104,7 +106,10 @@ type Stats struct {
 	// Retried counts failed handler calls that were retried later on the
 	// same delivery, the key waiting meanwhile (S5).
 	Retried int64
-	// Failed counts messages nacked after their handler failed for good.
+	// Failed counts messages whose handler failed for good (their
+	// attempts ran out, or it returned Permanent), once each however many
+	// deliveries brought them back, whatever the failure policy then did:
+	// nacked them with their key held, or parked them.
 	Failed int64
 	// DeadLettered counts the Failed messages on their last delivery: the
 	// service forwards them to the dead-letter topic.
@@ -179,10 +184,10 @@ type Stats struct {
 
 // counters are the cumulative counts of Stats. Every field is atomic.
 type counters struct {
-	settled                                    [numOutcomes]atomic.Int64 // by outcome (receive.go)
-	received, retried, deadLettered, ackFailed atomic.Int64
-	duplicates, gaps                           atomic.Int64 // sequence.go
-	parked, released                           atomic.Int64 // park.go
+	settled                                            [numOutcomes]atomic.Int64 // by outcome (receive.go)
+	received, retried, failed, deadLettered, ackFailed atomic.Int64
+	duplicates, gaps                                   atomic.Int64 // sequence.go
+	parked, released                                   atomic.Int64 // park.go
 }
 
 // Stats returns what the subscription's Receive calls have done so far,
@@ -201,7 +206,7 @@ func (s *Subscription) Stats() Stats {
 		Acked:          c.settled[outAcked].Load(),
 		Deduplicated:   c.settled[outDeduplicated].Load(),
 		Retried:        c.retried.Load(),
-		Failed:         c.settled[outFailed].Load(),
+		Failed:         c.failed.Load(),
 		DeadLettered:   c.deadLettered.Load(),
 		NackedHeld:     c.settled[outHeld].Load(),
 		NackedTail:     c.settled[outTail].Load(),

@@ -219,6 +219,7 @@ func TestStatusPageParkedKeys(t *testing.T) {
 	assert.Equal(t, 1, st.Parked[0].Messages)
 	assert.Contains(t, st.Parked[0].Error, "cannot <parse>")
 	assert.EqualValues(t, 1, st.Counts.Parked)
+	assert.EqualValues(t, 1, st.Counts.Failed, "the message that parked the key failed for good")
 
 	html, _ := get(t, web.URL)
 	assert.Contains(t, html, "Parked keys")
