@@ -7,7 +7,7 @@ import (
 )
 
 // The call path. Every handler call goes through call, whatever brought
-// the message: a turn of a key's lane on the pull path (turn.go, which
+// the message: a turn of a key's lane on the pull path (lane.go, which
 // Replay's Receive also runs), a release of a parked key
 // (park_release.go), or a push request (push.go). It applies, in this
 // order, the rules every call obeys:
