@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -34,6 +35,11 @@ type recorder struct {
 	settledAs    [numOutcomes][]metric.AddOption
 	deadLettered []metric.AddOption
 	calledAs     [3][]metric.RecordOption // by callOK, callError, callPanic
+
+	// refused counts push requests refused since the last warning, and
+	// refusedLogged is when that was, in Unix ns (pushRefused).
+	refused       atomic.Int64
+	refusedLogged atomic.Int64
 }
 
 // The instruments' names, their attributes, and the attributes' values.
@@ -246,11 +252,23 @@ func (o *recorder) sequenceGap(ctx context.Context, key, producer string, first,
 
 // pushRefused logs a push request refused before the handler ran: a bad
 // or missing token, another account's, or a body that is not a push of
-// this subscription. At Warn: it is either a misconfiguration or someone
-// who should not be calling.
+// this subscription. It is either a misconfiguration or someone who
+// should not be calling, so it is logged at Warn, but once a minute at
+// most, with the count refused since: anyone who finds the URL could
+// otherwise flood the log. The others go to Debug.
 func (o *recorder) pushRefused(ctx context.Context, status int, err error) {
-	o.log.LogAttrs(ctx, slog.LevelWarn, "keyorder/subscriber: push request refused",
-		slog.Int("status", status), slog.Any("error", err))
+	n := o.refused.Add(1)
+	now := time.Now().UnixNano()
+	if last := o.refusedLogged.Load(); now-last >= int64(time.Minute) && o.refusedLogged.CompareAndSwap(last, now) {
+		o.refused.Add(-n)
+		o.log.LogAttrs(ctx, slog.LevelWarn, "keyorder/subscriber: push request refused",
+			slog.Int("status", status), slog.Any("error", err), slog.Int64("refused_since_last_warning", n))
+		return
+	}
+	if o.log.Enabled(ctx, slog.LevelDebug) {
+		o.log.LogAttrs(ctx, slog.LevelDebug, "keyorder/subscriber: push request refused",
+			slog.Int("status", status), slog.Any("error", err))
+	}
 }
 
 // sequenceDuplicate logs a message whose producer, key and sequence number

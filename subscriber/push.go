@@ -41,15 +41,27 @@ import (
 // The answer waits for the handler, so the subscription's ack deadline
 // bounds a call; one that outlasts it is cancelled by the service and sent
 // again. RetryAfter's delay is not kept: the service's retry policy spaces
-// the pushes of a failed message.
+// the pushes of a failed message. Attempts are counted per endpoint
+// process: a message pushed again to another instance starts its count
+// afresh there, so WithMaxAttempts bounds the calls per instance; the
+// service's own count, with a dead-letter policy, is
+// Delivery.DeliveryAttempt.
 
 // WithPush makes [CreateWithTopic] create a push subscription: the service
 // POSTs each message to endpoint, an absolute https URL (the emulator and
 // ordering/orderingtest also take http), where [Subscription.PushHandler]
 // answers. The subscription has message ordering, as any CreateWithTopic
-// makes. An existing subscription keeps its own delivery, push or pull, as
-// it keeps its ordering (S1): [Subscription.PushEndpoint] reports it, and
-// a difference from the options is logged as a warning.
+// makes. An existing push subscription keeps its own endpoint and
+// authentication, as it keeps its ordering (S1): [Subscription.PushEndpoint]
+// and [Subscription.PushAuth] report them, and a difference from the
+// options is logged as a warning. An existing pull subscription cannot
+// serve a PushHandler: CreateWithTopic and Open refuse WithPush for one,
+// with ErrInvalidConfig.
+//
+// A failed push comes back after the subscription's retry policy
+// ([WithRetryPolicy]), not [WithBackoff], which spaces the retries that
+// Receive makes itself; without a retry policy the service backs off from
+// 100 ms up to 60 s.
 //
 // A push endpoint is a public URL: give it [WithPushAuth], so that only the
 // subscription's service account can deliver to it. Without it,
@@ -163,8 +175,7 @@ func (o pushOptions) apply(sub *pubsubpb.Subscription) {
 func (o pushOptions) check(name string, have pushSettings) error {
 	if have.endpoint == "" {
 		if o.endpoint != "" {
-			slog.Warn("keyorder/subscriber: the subscription exists and is a pull subscription, not the push one the options describe",
-				"subscription", name, "endpoint", o.endpoint)
+			return invalid("WithPush(%q): %s exists as a pull subscription, and keeps its delivery; drop WithPush, or delete the subscription to create it anew", o.endpoint, name)
 		}
 		return nil
 	}
@@ -253,9 +264,12 @@ func (s *Subscription) PushHandler(h Handler) http.Handler {
 // afterwards are answered 503, so that the service sends them again, to
 // this endpoint or another; running handler calls finish until the drain
 // timeout ([WithDrainTimeout]) or until ctx ends, whichever comes first,
-// then their context is cancelled and Close waits for them. It returns
-// ctx.Err() if ctx ended first. A Subscription that only receives by pull
-// has nothing to close: the end of Receive's context stops Receive.
+// then their context is cancelled and Close waits for them; with parking,
+// the control log stops. It returns ctx.Err() if ctx ended first. At a
+// service's shutdown, call http.Server.Shutdown first, which lets running
+// pushes finish and answer, then Close. A Subscription that only receives
+// by pull has nothing to close: the end of Receive's context stops
+// Receive, and Close returns nil.
 func (s *Subscription) Close(ctx context.Context) error {
 	if s == nil {
 		return invalid("Close on a nil Subscription")

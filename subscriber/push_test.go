@@ -437,3 +437,32 @@ func TestPushParking(t *testing.T) {
 	tr.verify(t)
 	assert.EqualValues(t, 4, e.sub.Stats().Released)
 }
+
+// TestPushRefusalsAreLoggedOnce: refused requests are logged at Warn once
+// a minute at most, the others at Debug, so that a stranger who finds the
+// URL cannot flood the log.
+func TestPushRefusalsAreLoggedOnce(t *testing.T) {
+	t.Parallel()
+	var logs metrictest.Log
+	e := newPushEnv(t, func(context.Context, *subscriber.Delivery) error { return nil }, subscriber.WithLogger(logs.Logger()))
+	for i := 0; i < 5; i++ {
+		require.Equal(t, http.StatusUnauthorized, e.post(t, http.MethodPost, "", pushBody(t, e.sub.Name(), "m", "k", "x")))
+	}
+	recs := records(t, &logs, e.sub.Name())
+	assert.Equal(t, 1, count(recs, "WARN", "keyorder/subscriber: push request refused"), "%v", recs)
+	assert.Equal(t, 4, count(recs, "DEBUG", "keyorder/subscriber: push request refused"), "%v", recs)
+}
+
+// TestPushOntoAPullSubscription: WithPush cannot turn an existing pull
+// subscription into a push one, so CreateWithTopic and Open refuse it
+// rather than hand back a Subscription whose PushHandler cannot serve.
+func TestPushOntoAPullSubscription(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, nil)
+	ctx := testContext(t)
+	opts := []subscriber.Option{subscriber.WithPush("https://example.com/push"), subscriber.WithUnauthenticatedPush()}
+	_, err := subscriber.CreateWithTopic(ctx, e.client, e.topic, e.sub.Name(), opts...)
+	require.ErrorIs(t, err, subscriber.ErrInvalidConfig)
+	_, err = subscriber.Open(ctx, e.client, e.sub.Name(), opts...)
+	require.ErrorIs(t, err, subscriber.ErrInvalidConfig)
+}
