@@ -8,11 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/subscriber"
@@ -80,16 +78,8 @@ func TestHoldOutlastsStaleDeliveries(t *testing.T) {
 // too.
 func TestDeadLetterCascade(t *testing.T) {
 	t.Parallel()
-	srv, client := harness.Fake(t, orderingtest.WithAckDeadline(300*time.Millisecond))
-	topic, subID := names()
-	dlq, _ := names()
-	createDirectly(t, client, &pubsubpb.Subscription{
-		Name: path(client, "subscriptions", subID), Topic: path(client, "topics", topic), EnableMessageOrdering: true,
-		DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{DeadLetterTopic: path(client, "topics", dlq), MaxDeliveryAttempts: 5},
-	}, path(client, "topics", dlq))
-	s, err := subscriber.Open(testContext(t), client, subID, subscriber.WithMaxAttempts(1), fast)
-	require.NoError(t, err)
-	e := fakeEnv{srv: srv, client: client, topic: s.Topic(), sub: s}
+	e, dead := newDeadLetterEnv(t, []orderingtest.Option{orderingtest.WithAckDeadline(300 * time.Millisecond)}, subscriber.WithMaxAttempts(1), fast)
+	srv, s := e.srv, e.sub
 	keys := []string{"k"}
 	e.publish(t, keys, 5)
 	tr := newTracker(keys, 5)
@@ -124,7 +114,7 @@ func TestDeadLetterCascade(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Equal(t, []int{1, 2, 3, 4, 5}, attempts, "the fifth delivery was called")
-	assert.Empty(t, srv.Messages(path(client, "topics", dlq)), "nothing was dead-lettered")
+	assert.Empty(t, srv.Messages(dead), "nothing was dead-lettered")
 }
 
 // TestEveryDeliverySettles checks S11: a handler that calls runtime.Goexit,

@@ -134,19 +134,11 @@ func TestExactlyOnceUndoneAckWithStamps(t *testing.T) {
 // when it arrives: k/2 runs (S12).
 func TestRedrivenDeadLetterRuns(t *testing.T) {
 	t.Parallel()
-	srv, client := harness.Fake(t)
 	ctx := testContext(t)
-	topic, subID := names()
-	dlq, _ := names()
-	createDirectly(t, client, &pubsubpb.Subscription{
-		Name: path(client, "subscriptions", subID), Topic: path(client, "topics", topic), EnableMessageOrdering: true,
-		DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{DeadLetterTopic: path(client, "topics", dlq), MaxDeliveryAttempts: 5},
-	}, path(client, "topics", dlq))
 	gaps := make(chan subscriber.Gap, 10)
-	s, err := subscriber.Open(ctx, client, subID, subscriber.WithMaxAttempts(1), fast,
+	e, deadTopic := newDeadLetterEnv(t, nil, subscriber.WithMaxAttempts(1), fast,
 		subscriber.WithGapHandler(func(g subscriber.Gap) { gaps <- g }))
-	require.NoError(t, err)
-	e := fakeEnv{srv: srv, client: client, topic: s.Topic(), sub: s}
+	srv, client, s := e.srv, e.client, e.sub
 	e.publish(t, []string{"k"}, 3)
 
 	var fixed atomic.Bool
@@ -158,7 +150,6 @@ func TestRedrivenDeadLetterRuns(t *testing.T) {
 		rec.add(d)
 		return nil
 	})
-	deadTopic := path(client, "topics", dlq)
 	require.NoError(t, srv.WaitFor(ctx, func() bool {
 		_, data := rec.snapshot()
 		return len(srv.Messages(deadTopic)) == 1 && countOf(data, "k/3") == 1
@@ -170,7 +161,7 @@ func TestRedrivenDeadLetterRuns(t *testing.T) {
 	p := client.Publisher(e.topic)
 	p.EnableMessageOrdering = true
 	defer p.Stop()
-	_, err = p.Publish(ctx, &pubsub.Message{Data: dead.Data, Attributes: dead.Attributes, OrderingKey: dead.OrderingKey}).Get(ctx)
+	_, err := p.Publish(ctx, &pubsub.Message{Data: dead.Data, Attributes: dead.Attributes, OrderingKey: dead.OrderingKey}).Get(ctx)
 	require.NoError(t, err)
 	require.NoError(t, srv.WaitFor(ctx, func() bool {
 		_, data := rec.snapshot()

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyorder/keyorder/internal/harness"
+	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/subscriber"
 )
@@ -69,23 +70,34 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// newDeadLetterEnv makes, on the fake started with fopts, an ordered
+// subscription with a dead-letter policy of 5 delivery attempts, created
+// directly (as one made outside keyorder), and opens it with sopts. It
+// returns the env and the dead-letter topic's full name.
+func newDeadLetterEnv(t *testing.T, fopts []orderingtest.Option, sopts ...subscriber.Option) (fakeEnv, string) {
+	t.Helper()
+	srv, client := harness.Fake(t, fopts...)
+	topic, subID := names()
+	dlq, _ := names()
+	dead := path(client, "topics", dlq)
+	createDirectly(t, client, &pubsubpb.Subscription{
+		Name: path(client, "subscriptions", subID), Topic: path(client, "topics", topic), EnableMessageOrdering: true,
+		DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{DeadLetterTopic: dead, MaxDeliveryAttempts: 5},
+	}, dead)
+	s, err := subscriber.Open(testContext(t), client, subID, sopts...)
+	require.NoError(t, err)
+	return fakeEnv{srv: srv, client: client, topic: s.Topic(), sub: s}, dead
+}
+
 // TestDeadLetteredMessageReleasesItsKey: on a subscription with a
 // dead-letter policy, the last failure of a message is not a hold, since
 // the service forwards the message instead of redelivering it; the key's
 // later messages then run. Until then, they do not.
 func TestDeadLetteredMessageReleasesItsKey(t *testing.T) {
 	t.Parallel()
-	srv, client := harness.Fake(t)
 	ctx := testContext(t)
-	topic, subID := names()
-	dlq, _ := names()
-	createDirectly(t, client, &pubsubpb.Subscription{
-		Name: path(client, "subscriptions", subID), Topic: path(client, "topics", topic), EnableMessageOrdering: true,
-		DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{DeadLetterTopic: path(client, "topics", dlq), MaxDeliveryAttempts: 5},
-	}, path(client, "topics", dlq))
-	s, err := subscriber.Open(ctx, client, subID, subscriber.WithMaxAttempts(1))
-	require.NoError(t, err)
-	e := fakeEnv{srv: srv, client: client, topic: s.Topic(), sub: s}
+	e, deadTopic := newDeadLetterEnv(t, nil, subscriber.WithMaxAttempts(1))
+	srv, s := e.srv, e.sub
 	e.publish(t, keyNames(1), 5)
 
 	c := &calls{ch: make(chan struct{}, 1)}
@@ -103,8 +115,8 @@ func TestDeadLetteredMessageReleasesItsKey(t *testing.T) {
 	assert.Equal(t, []int{1, 2, 3, 4, 5}, attempts)
 	// The last nack reaches the service with the client's next batch of
 	// nacks, and may come after key-0/5 has run.
-	require.NoError(t, srv.WaitFor(ctx, func() bool { return len(srv.Messages(path(client, "topics", dlq))) > 0 }))
-	dead := srv.Messages(path(client, "topics", dlq))
+	require.NoError(t, srv.WaitFor(ctx, func() bool { return len(srv.Messages(deadTopic)) > 0 }))
+	dead := srv.Messages(deadTopic)
 	require.Len(t, dead, 1)
 	assert.Equal(t, "key-0/2", string(dead[0].Data))
 }
