@@ -52,7 +52,7 @@ func WithLogger(l *slog.Logger) Option {
 // a key paused by a failure and resumed, a key's message enqueued. Nothing
 // else in the package measures or logs, so the hot path pays one call per
 // event: with the default, no-op, meter provider, a few nanoseconds (see
-// the README, Publisher metrics).
+// FIGURES.md, the publisher's metrics and logs).
 //
 // Metric attributes never carry a key, since keys are unbounded; logs do,
 // since they are needed to act on a failure. Nothing is logged per message.

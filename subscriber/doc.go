@@ -43,7 +43,7 @@
 // [Subscription.Release] runs them through the handler, in order, each
 // once. [Subscription.Parked] lists the parked keys. The state is kept in
 // Pub/Sub, on a control topic every Receive replays and follows. See the
-// project's README for how holding, the service's dead-lettering
+// project's FIGURES.md for how holding, the service's dead-lettering
 // ([WithDeadLetterPolicy]) and parking compare.
 //
 // # Room

@@ -19,7 +19,7 @@ import (
 // a job settled, a handler call ended, a key held or released, a callback
 // that panicked. Nothing else in the package measures or logs, so the hot
 // path pays one call per event: with the default, no-op, meter provider,
-// a few nanoseconds (see BenchmarkReceive in the README).
+// a few nanoseconds (see BenchmarkReceive in FIGURES.md).
 //
 // Metric attributes never carry a key, since keys are unbounded; logs do,
 // since they are needed to act on a hold. Nothing is logged per message

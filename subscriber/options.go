@@ -416,7 +416,7 @@ func WithLogger(l *slog.Logger) Option {
 // the project's Pub/Sub service account must be allowed to publish to the
 // topic and to subscribe to the subscription. The service dead-letters on a
 // best-effort basis and keeps no order: the key goes on without the
-// message (see the README on hold, dead-lettering and parking, and
+// message (see FIGURES.md on hold, dead-lettering and parking, and
 // [WithParking], which wins when both are set). An existing subscription
 // keeps its own policy: see [Subscription.DeadLetterPolicy]. By default the
 // subscription has none. maxDeliveryAttempts is 5 to 100, as the service
