@@ -94,6 +94,16 @@ func newConfig(opts []Option) (config, error) {
 	return c, nil
 }
 
+// log returns the logger WithLogger set, or slog.Default() as it is now,
+// for what is logged outside Receive's recorder: when a Subscription is
+// made, and by parking.
+func (c *config) log() *slog.Logger {
+	if c.logger != nil {
+		return c.logger
+	}
+	return slog.Default()
+}
+
 // invalid returns an error matching [ErrInvalidConfig].
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)

@@ -3,7 +3,6 @@ package subscriber
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -289,7 +288,7 @@ func (fl *flight) land(parked bool, err error) {
 	l.sh.mu.Unlock()
 	r.apply(l, &fx)
 	if err != nil && !errors.Is(err, context.Canceled) {
-		slog.Warn("keyorder/subscriber: could not park messages; will try again", "subscription", r.s.name, "key", l.key, "err", err)
+		r.obs.log.Warn("keyorder/subscriber: could not park messages; will try again", "key", l.key, "error", err)
 	}
 }
 

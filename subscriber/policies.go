@@ -43,7 +43,7 @@ type servicePolicies struct {
 func (p servicePolicies) apply(ctx context.Context, client *pubsub.Client, sub *pubsubpb.Subscription) error {
 	if p.deadLetterTopic != "" {
 		topic := fullName(client, "topics", p.deadLetterTopic)
-		if err := ensureTopic(ctx, client, topic, 0); err != nil {
+		if err := ensureTopic(ctx, client, topic, 0, slog.Default()); err != nil { // no retention asked: nothing to log
 			return err
 		}
 		sub.DeadLetterPolicy = &pubsubpb.DeadLetterPolicy{DeadLetterTopic: topic, MaxDeliveryAttempts: int32(p.maxDeliveryAttempts)}
@@ -109,13 +109,13 @@ func orNone(s string) string {
 // warnPolicies logs, once per Subscription made, how an existing
 // subscription's policies differ from the options: it keeps its own, as it
 // does its ordering (S1).
-func warnPolicies(client *pubsub.Client, name, topic string, want, have servicePolicies) {
+func warnPolicies(log *slog.Logger, client *pubsub.Client, name, topic string, want, have servicePolicies) {
 	if have.deadLetterTopic == topic {
-		slog.Warn("keyorder/subscriber: the subscription dead-letters onto its own topic: its dead letters come back to it as new messages",
+		log.Warn("keyorder/subscriber: the subscription dead-letters onto its own topic: its dead letters come back to it as new messages",
 			"subscription", name, "topic", topic)
 	}
 	if diff := want.differences(client, have); diff != nil {
-		slog.Warn("keyorder/subscriber: the subscription exists and keeps its own policies, which differ from the options",
+		log.Warn("keyorder/subscriber: the subscription exists and keeps its own policies, which differ from the options",
 			"subscription", name, "differences", strings.Join(diff, "; "))
 	}
 }

@@ -172,7 +172,7 @@ func (o pushOptions) apply(sub *pubsubpb.Subscription) {
 
 // check refuses a push subscription that PushHandler could not serve
 // safely, and warns of one the options did not describe.
-func (o pushOptions) check(name string, have pushSettings) error {
+func (o pushOptions) check(log *slog.Logger, name string, have pushSettings) error {
 	if have.endpoint == "" {
 		if o.endpoint != "" {
 			return invalid("WithPush(%q): %s exists as a pull subscription, and keeps its delivery; drop WithPush, or delete the subscription to create it anew", o.endpoint, name)
@@ -186,15 +186,15 @@ func (o pushOptions) check(name string, have pushSettings) error {
 		return invalid("push subscription %s has no push authentication: give it WithPushAuth, or accept that with WithUnauthenticatedPush", name)
 	}
 	if have.email == "" {
-		slog.Warn("keyorder/subscriber: the push subscription's requests carry no token: anyone who knows the endpoint can deliver to it",
+		log.Warn("keyorder/subscriber: the push subscription's requests carry no token: anyone who knows the endpoint can deliver to it",
 			"subscription", name, "endpoint", have.endpoint)
 	}
 	if o.endpoint != "" && o.endpoint != have.endpoint {
-		slog.Warn("keyorder/subscriber: the subscription exists and keeps its own push endpoint, which differs from WithPush",
+		log.Warn("keyorder/subscriber: the subscription exists and keeps its own push endpoint, which differs from WithPush",
 			"subscription", name, "endpoint", have.endpoint, "asked", o.endpoint)
 	}
 	if o.email != "" && (o.email != have.email || (o.audience != "" && o.audience != have.audience)) {
-		slog.Warn("keyorder/subscriber: the subscription exists and keeps its own push authentication, which differs from WithPushAuth",
+		log.Warn("keyorder/subscriber: the subscription exists and keeps its own push authentication, which differs from WithPushAuth",
 			"subscription", name, "account", have.email, "audience", have.audience)
 	}
 	return nil
@@ -394,8 +394,8 @@ func (d *pushDoor) run(req *http.Request, m *pubsub.Message) (outcome, error) {
 		if parked, err := p.parkPush(ctx, j, v.err); parked {
 			return d.parked(j), nil
 		} else if err != nil {
-			slog.Warn("keyorder/subscriber: could not park a pushed message; the service will push it again",
-				"subscription", r.s.name, "key", j.d.Key, "err", err)
+			r.obs.log.Warn("keyorder/subscriber: could not park a pushed message; the service will push it again",
+				"key", j.d.Key, "error", err)
 		}
 	}
 	return d.settle(j, v), nil

@@ -3,7 +3,6 @@ package subscriber
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"sync"
 	"time"
 )
@@ -59,8 +58,8 @@ func (pp *pushParking) run(ctx context.Context) {
 			close(pp.ready)
 			<-rctx.Done()
 			if ctx.Err() == nil {
-				slog.Error("keyorder/subscriber: the push endpoint's parking control log is no longer followed; keyed pushes are refused until Close",
-					"subscription", pp.r.s.name, "err", context.Cause(rctx))
+				pp.r.obs.log.Error("keyorder/subscriber: the push endpoint's parking control log is no longer followed; keyed pushes are refused until Close",
+					"error", context.Cause(rctx))
 				close(pp.lost)
 			}
 			return
@@ -68,8 +67,8 @@ func (pp *pushParking) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		slog.Warn("keyorder/subscriber: could not start the push endpoint's parking control log; will try again",
-			"subscription", pp.r.s.name, "err", err)
+		pp.r.obs.log.Warn("keyorder/subscriber: could not start the push endpoint's parking control log; will try again",
+			"error", err)
 		t := time.NewTimer(pp.r.backoff(tries))
 		select {
 		case <-t.C:

@@ -79,7 +79,7 @@ func CreateWithTopic(ctx context.Context, client *pubsub.Client, topicID, subID 
 	if err := cfg.checkLoops(client, topic); err != nil {
 		return nil, err
 	}
-	if err := ensureTopic(ctx, client, topic, cfg.topicRetention); err != nil {
+	if err := ensureTopic(ctx, client, topic, cfg.topicRetention, cfg.log()); err != nil {
 		return nil, err
 	}
 	sub, err := client.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: name})
@@ -157,9 +157,9 @@ func newSubscription(ctx context.Context, client *pubsub.Client, sub *pubsubpb.S
 		cfg:         cfg,
 	}
 	s.policies = policiesOf(sub)
-	warnPolicies(client, s.name, s.topic, cfg.policies, s.policies)
+	warnPolicies(cfg.log(), client, s.name, s.topic, cfg.policies, s.policies)
 	s.push = pushSettingsOf(sub)
-	if err := cfg.push.check(s.name, s.push); err != nil {
+	if err := cfg.push.check(cfg.log(), s.name, s.push); err != nil {
 		return nil, err
 	}
 	if cfg.parking != "" {
@@ -179,8 +179,9 @@ func newSubscription(ctx context.Context, client *pubsub.Client, sub *pubsubpb.S
 
 // ensureTopic creates topic unless it exists, with message retention for
 // retention when it is positive. An existing topic keeps its own
-// retention; if it differs from the one asked for, a warning says so.
-func ensureTopic(ctx context.Context, client *pubsub.Client, topic string, retention time.Duration) error {
+// retention; if it differs from the one asked for, a warning to log says
+// so.
+func ensureTopic(ctx context.Context, client *pubsub.Client, topic string, retention time.Duration, log *slog.Logger) error {
 	got, err := client.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: topic})
 	if status.Code(err) == codes.NotFound {
 		want := &pubsubpb.Topic{Name: topic}
@@ -198,7 +199,7 @@ func ensureTopic(ctx context.Context, client *pubsub.Client, topic string, reten
 		return fmt.Errorf("keyorder/subscriber: topic %s: %w", topic, err)
 	}
 	if have := got.GetMessageRetentionDuration().AsDuration(); retention > 0 && have != retention {
-		slog.Warn("keyorder/subscriber: the topic exists and keeps its own message retention, which differs from WithTopicRetention",
+		log.Warn("keyorder/subscriber: the topic exists and keeps its own message retention, which differs from WithTopicRetention",
 			"topic", topic, "retention", have, "asked", retention)
 	}
 	return nil
