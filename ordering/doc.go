@@ -4,7 +4,7 @@
 // partition.
 //
 // It does no I/O and starts no goroutines. Rule numbers (P1, S3, ...) refer
-// to the ordering contract in the project's README.
+// to the ordering contract in the project's DESIGN.md.
 //
 // # Keys
 //

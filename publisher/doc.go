@@ -145,5 +145,5 @@
 // before its next one starts counting afresh: it is not over the
 // service's limit, or its messages would queue.
 //
-// Rule numbers refer to the ordering contract in the project's README.
+// Rule numbers refer to the ordering contract in the project's DESIGN.md.
 package publisher

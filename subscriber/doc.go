@@ -131,5 +131,5 @@
 // [Subscription.Stats] lists the busiest partitions and the hot keys, by
 // local backlog and by age; package statuspage serves it as a live page.
 //
-// Rule numbers refer to the ordering contract in the project's README.
+// Rule numbers refer to the ordering contract in the project's DESIGN.md.
 package subscriber

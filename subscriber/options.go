@@ -308,10 +308,13 @@ func WithErrorHandler(f func(d *Delivery, err error)) Option {
 }
 
 // WithKeyEvents sets a function told when a key is held and when its hold
-// ends (S5), for alerting or logs. It is called once per event, after the
-// deliveries involved are settled, on the goroutine that settled them, and
-// should not block. A panic in it is recovered and logged. The default
-// does nothing; [Subscription.HeldKeys] lists the keys held at any time.
+// ends (S5), and, with [WithParking], when this process parks a key or a
+// release unparks it, for alerting or logs (see [KeyEventKind]). It is
+// called once per event, after the deliveries involved are settled, on the
+// goroutine that settled them, and should not block. A panic in it is
+// recovered and logged. The default does nothing; [Subscription.HeldKeys]
+// lists the keys held at any time, and [Subscription.Parked] the parked
+// ones.
 func WithKeyEvents(f func(KeyEvent)) Option {
 	return func(c *config) error {
 		c.onKeyEvent = f

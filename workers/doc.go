@@ -2,7 +2,7 @@
 // run one at a time, in the order they were submitted, while different keys
 // run in parallel. It knows nothing of Pub/Sub; the subscriber uses it to
 // keep each ordering key on one worker (S3). Rule numbers refer to the
-// ordering contract in the project's README.
+// ordering contract in the project's DESIGN.md.
 //
 //	pool, err := workers.New(8)
 //	if err != nil {

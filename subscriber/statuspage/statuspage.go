@@ -89,6 +89,11 @@ type Counts struct {
 	NackedShutdown int64 `json:"nacked_shutdown"`
 	Parked         int64 `json:"parked"`
 	Released       int64 `json:"released"`
+	AckFailed      int64 `json:"ack_failed"`
+	// Duplicates and Gaps are the sequence check's (S12): copies skipped by
+	// their stamp, and runs of numbers missing.
+	Duplicates int64 `json:"duplicates"`
+	Gaps       int64 `json:"gaps"`
 }
 
 // A Partition is a [subscriber.PartitionStats], times in seconds.
@@ -149,7 +154,8 @@ func newStatus(sub *subscriber.Subscription) Status {
 			Received: st.Received, Acked: st.Acked, Deduplicated: st.Deduplicated, Retried: st.Retried,
 			Failed: st.Failed, DeadLettered: st.DeadLettered, NackedHeld: st.NackedHeld,
 			NackedTail: st.NackedTail, NackedRoom: st.NackedRoom, NackedShutdown: st.NackedShutdown,
-			Parked: st.Parked, Released: st.Released,
+			Parked: st.Parked, Released: st.Released, AckFailed: st.AckFailed,
+			Duplicates: st.Duplicates, Gaps: st.Gaps,
 		},
 		ActivePartitions: st.ActivePartitions,
 		// Empty lists rather than null, for the page's script.
