@@ -33,6 +33,11 @@ type ParkedKey struct {
 	LastError string
 	// Releasing is set while a release of the key runs, on any process.
 	Releasing bool
+	// ReleaseRequested is when a release of the key was asked for through
+	// the control log, and not carried out yet, by the service's clock;
+	// zero when none is pending. ReleaseRequestedBy is who asked.
+	ReleaseRequested   time.Time
+	ReleaseRequestedBy string
 }
 
 // Parked lists the keys parked now, oldest first, as every process
