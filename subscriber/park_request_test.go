@@ -4,16 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc/codes"
 
 	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/ordering"
@@ -24,22 +20,7 @@ import (
 // requested, and returns the key as it shows it.
 func (e parkEnv) awaitRequested(t *testing.T, key string) subscriber.ParkedKey {
 	t.Helper()
-	ctx := testContext(t)
-	var got subscriber.ParkedKey
-	require.NoError(t, e.srv.WaitFor(ctx, func() bool {
-		list, err := e.sub.Parked(ctx)
-		if err != nil {
-			return false
-		}
-		for _, k := range list {
-			if k.Key == key && !k.ReleaseRequested.IsZero() {
-				got = k
-				return true
-			}
-		}
-		return false
-	}), "no release of %s was requested: %v", key, e.describe())
-	return got
+	return e.awaitKey(t, key, "a release requested", func(k subscriber.ParkedKey) bool { return !k.ReleaseRequested.IsZero() })
 }
 
 // awaitDone waits until the tracker has seen every message it expects.
@@ -49,19 +30,6 @@ func awaitDone(t *testing.T, tr *tracker, key string) {
 	case <-tr.done:
 	case <-time.After(testTimeout):
 		t.Fatalf("%s has %d processed", key, tr.processed(key))
-	}
-}
-
-// awaitRelease returns what a Release running on another goroutine
-// returned.
-func awaitRelease(t *testing.T, released <-chan error) error {
-	t.Helper()
-	select {
-	case err := <-released:
-		return err
-	case <-time.After(testTimeout):
-		t.Fatal("Release did not return")
-		return nil
 	}
 }
 
@@ -124,7 +92,7 @@ func TestReleaseFromAnotherProcess(t *testing.T) {
 	}
 	close(proceed)
 
-	require.NoError(t, awaitRelease(t, released))
+	require.NoError(t, await(t, released))
 	awaitDone(t, tr, "key-0")
 	list, err := e.sub.Parked(testContext(t))
 	require.NoError(t, err)
@@ -152,51 +120,10 @@ func TestReleaseRequestOutlivesARestart(t *testing.T) {
 		t.Run(map[bool]string{false: "shutdown", true: "crash"}[crash], func(t *testing.T) {
 			opts := []subscriber.Option{subscriber.WithMaxAttempts(1), subscriber.WithDrainTimeout(50 * time.Millisecond)}
 			e := newParkEnv(t, nil, opts...)
-			e.publishSeqs(t, "key-0", 1, 10)
-			tr := newTracker(nil, 0)
-			tr.expect("key-0", 10)
-			var fixed atomic.Bool
-			interrupt := make(chan struct{})
-			var once sync.Once
-			first := e.reopen(t, e.client, opts...)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			done := make(chan error, 1)
-			go func() {
-				done <- first.Receive(ctx, tr.handler(func(hctx context.Context, d *subscriber.Delivery) error {
-					switch _, seq := parse(d); {
-					case seq == 2 && !fixed.Load():
-						return errInjected
-					case seq == 6:
-						// The release is interrupted here: this call fails
-						// once Receive has stopped, so the message is not
-						// processed.
-						once.Do(func() { close(interrupt) })
-						<-hctx.Done()
-						return hctx.Err()
-					}
-					return nil
-				}))
-			}()
-			e.awaitParked(t, "key-0", 9)
-			fixed.Store(true)
-			if crash {
-				// The dying process cannot record that its release stopped.
-				e.srv.FailPublish(func(m *pubsubpb.PubsubMessage) bool {
-					return strings.Contains(string(m.Data), `"kind":"stop"`)
-				}, codes.PermissionDenied, 0)
-			}
 			released := make(chan error, 1)
-			go func() { released <- e.sub.Release(testContext(t), "key-0") }()
-			select {
-			case <-interrupt:
-			case <-time.After(testTimeout):
-				t.Fatalf("the request was not carried out: %s", e.describe())
-			}
-			cancel()
-			require.NoError(t, <-done)
-			assert.Equal(t, 5, tr.processed("key-0"))
-
+			tr := interruptRelease(t, e, e.reopen(t, e.client, opts...), crash, func() {
+				go func() { released <- e.sub.Release(testContext(t), "key-0") }()
+			})
 			k := e.awaitParked(t, "key-0", 5)
 			assert.NotZero(t, k.ReleaseRequested, "the request outlives the Receive")
 			assert.Equal(t, crash, k.Releasing, "a claim lasts until it lapses")
@@ -208,53 +135,13 @@ func TestReleaseRequestOutlivesARestart(t *testing.T) {
 
 			next := e.reopen(t, e.client, opts...)
 			stop := start(t, next, tr.handler(func(context.Context, *subscriber.Delivery) error { return nil }))
-			require.NoError(t, awaitRelease(t, released))
+			require.NoError(t, await(t, released))
 			awaitDone(t, tr, "key-0")
 			stop()
 			tr.verify(t)
 			assert.Equal(t, int64(5), next.Stats().Released)
 		})
 	}
-}
-
-// TestReleaseRequestFailsAgain: a released message fails for good again
-// in the Receive that carries the request out. The asker's Release
-// returns ErrParkedAgain with the handler's error; the key stays parked
-// with that error, and no request is pending. After the fix, a request
-// from the Receive's own Subscription goes on from there.
-func TestReleaseRequestFailsAgain(t *testing.T) {
-	t.Parallel()
-	e := newParkEnv(t, nil, subscriber.WithMaxAttempts(2))
-	e.publishSeqs(t, "key-0", 1, 8)
-	service := e.reopen(t, e.client, subscriber.WithMaxAttempts(2))
-	tr := newTracker(nil, 0)
-	tr.expect("key-0", 8)
-	var fixed atomic.Int32 // the messages from this one on succeed
-	fixed.Store(3)
-	stop := start(t, service, tr.handler(func(_ context.Context, d *subscriber.Delivery) error {
-		if _, seq := parse(d); seq >= int(fixed.Load()) && seq <= 5 {
-			return fmt.Errorf("bad %d: %w", seq, errInjected)
-		}
-		return nil
-	}))
-	e.awaitParked(t, "key-0", 6) // 3..8
-	fixed.Store(5)               // 3 and 4 are fixed, 5 is not
-	err := e.sub.Release(testContext(t), "key-0")
-	require.ErrorIs(t, err, subscriber.ErrParkedAgain)
-	assert.ErrorContains(t, err, "bad 5: "+errInjected.Error())
-	assert.Equal(t, 4, tr.processed("key-0"))
-	assert.Equal(t, 2, tr.callsOf("key-0/5"), "it had its attempts")
-	k := e.awaitParked(t, "key-0", 4) // 5..8
-	assert.Equal(t, "bad 5: "+errInjected.Error(), k.LastError)
-	assert.False(t, k.Releasing)
-	assert.Zero(t, k.ReleaseRequested, "the failure ended the request")
-	assert.Empty(t, k.ReleaseRequestedBy)
-
-	fixed.Store(6)
-	require.NoError(t, service.RequestRelease(testContext(t), "key-0"))
-	awaitDone(t, tr, "key-0")
-	stop()
-	tr.verify(t)
 }
 
 // TestReleaseRequestOutlivesItsContext: no Receive runs when an operator
@@ -284,7 +171,7 @@ func TestReleaseRequestOutlivesItsContext(t *testing.T) {
 	go func() { released <- e.sub.Release(ctx, "key-0") }()
 	asked := e.awaitRequested(t, "key-0")
 	cancel()
-	require.ErrorIs(t, awaitRelease(t, released), context.Canceled)
+	require.ErrorIs(t, await(t, released), context.Canceled)
 	k := e.awaitRequested(t, "key-0")
 	assert.Equal(t, asked.ReleaseRequested, k.ReleaseRequested, "the request stays")
 	assert.Equal(t, 3, k.Messages)
