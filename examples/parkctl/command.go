@@ -54,13 +54,23 @@ func (c *command) connect(ctx context.Context) (*pubsub.Client, error) {
 	return pubsub.NewClient(ctx, project)
 }
 
-// open connects and opens the subscription with its parking topic, which
-// must exist: Open would create a missing one, and a mistyped name would
-// then show nothing parked.
-func (c *command) open(ctx context.Context) (*subscriber.Subscription, func(), error) {
+// open connects and opens the subscription with its parking topic, for
+// the command cmd. It returns the exit status, not exitOK, if it cannot.
+func (c *command) open(ctx context.Context, cmd string) (*subscriber.Subscription, func(), int) {
 	if c.sub == "" || c.parking == "" {
-		return nil, nil, errUsage
+		return nil, nil, c.usageError("%s: -sub and -parking are required", cmd)
 	}
+	sub, closeAll, err := c.openSubscription(ctx)
+	if err != nil {
+		return nil, nil, c.fail("%s: %v", cmd, err)
+	}
+	return sub, closeAll, exitOK
+}
+
+// openSubscription connects and opens the subscription with its parking
+// topic, which must exist: Open would create a missing one, and a
+// mistyped name would then show nothing parked.
+func (c *command) openSubscription(ctx context.Context) (*subscriber.Subscription, func(), error) {
 	client, err := c.connect(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -84,20 +94,14 @@ func (c *command) open(ctx context.Context) (*subscriber.Subscription, func(), e
 	return sub, func() { _ = client.Close() }, nil
 }
 
-// errUsage is open's error when -sub or -parking is missing.
-var errUsage = errors.New("-sub and -parking are required")
-
 // list prints the parked keys.
 func (c *command) list(ctx context.Context, args []string) int {
 	if len(args) > 0 {
 		return c.usageError("list takes no arguments")
 	}
-	sub, closeAll, err := c.open(ctx)
-	if errors.Is(err, errUsage) {
-		return c.usageError("list: %v", err)
-	}
-	if err != nil {
-		return c.fail("list: %v", err)
+	sub, closeAll, code := c.open(ctx, "list")
+	if code != exitOK {
+		return code
 	}
 	defer closeAll()
 	keys, err := sub.Parked(ctx)
@@ -151,12 +155,9 @@ func (c *command) release(ctx context.Context, args []string) int {
 	key := fs.Arg(0)
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	sub, closeAll, err := c.open(ctx)
-	if errors.Is(err, errUsage) {
-		return c.usageError("release: %v", err)
-	}
-	if err != nil {
-		return c.fail("release: %v", err)
+	sub, closeAll, code := c.open(ctx, "release")
+	if code != exitOK {
+		return code
 	}
 	defer closeAll()
 	if !*wait {

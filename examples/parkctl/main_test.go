@@ -12,17 +12,33 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/internal/leaktest"
 	"github.com/keyorder/keyorder/ordering"
+	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/subscriber"
 )
 
 func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
+
+// service starts the faithful fake, points parkctl at it, and creates on
+// it the subscription ledger-balances of the topic ledger, which parks to
+// ledger-parked, as the service beside parkctl would.
+func service(t *testing.T, opts ...subscriber.Option) (*orderingtest.Server, *pubsub.Client, *subscriber.Subscription, context.Context) {
+	t.Helper()
+	t.Setenv("GOOGLE_CLOUD_PROJECT", "")
+	srv, client := harness.Fake(t)
+	t.Setenv(harness.EmulatorEnv, srv.Addr)
+	ctx := harness.Context(t, time.Minute)
+	sub, err := subscriber.CreateWithTopic(ctx, client, "ledger", "ledger-balances", append(opts, subscriber.WithParking("ledger-parked"))...)
+	require.NoError(t, err)
+	return srv, client, sub, ctx
+}
 
 // parkctl runs the command with args and returns its exit status and what
 // it wrote.
@@ -78,14 +94,8 @@ func (l *ledger) runs() map[string][]string {
 // service's Receive carries the release out, in order), and replays the
 // topic and the parking topic as JSON lines.
 func TestParkctl(t *testing.T) {
-	t.Setenv("GOOGLE_CLOUD_PROJECT", "")
-	srv, client := harness.Fake(t)
-	t.Setenv(harness.EmulatorEnv, srv.Addr)
-	ctx := harness.Context(t, time.Minute)
-	sub, err := subscriber.CreateWithTopic(ctx, client, "ledger", "ledger-balances",
-		subscriber.WithParking("ledger-parked"), subscriber.WithMaxAttempts(1),
+	srv, client, sub, ctx := service(t, subscriber.WithMaxAttempts(1),
 		subscriber.WithBackoff(time.Millisecond, 10*time.Millisecond), subscriber.WithTopicRetention(24*time.Hour))
-	require.NoError(t, err)
 	global := []string{"-sub", "ledger-balances", "-parking", "ledger-parked"}
 
 	p, err := publisher.New(client, "ledger")
@@ -240,12 +250,7 @@ func decodeLines(t *testing.T, out string) []line {
 // TestParkctlRefuses: what parkctl cannot do, it says, with a status that
 // is not 0.
 func TestParkctlRefuses(t *testing.T) {
-	t.Setenv("GOOGLE_CLOUD_PROJECT", "")
-	srv, client := harness.Fake(t)
-	t.Setenv(harness.EmulatorEnv, srv.Addr)
-	ctx := harness.Context(t, time.Minute)
-	_, err := subscriber.CreateWithTopic(ctx, client, "ledger", "ledger-balances", subscriber.WithParking("ledger-parked"))
-	require.NoError(t, err)
+	_, _, _, ctx := service(t)
 	for _, tc := range []struct {
 		name string
 		args []string
