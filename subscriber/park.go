@@ -31,9 +31,8 @@ import (
 // This file holds the Receive's part, the parking component, and the
 // topics it needs; park_lane.go the hooks the lanes call and the flights
 // that move a key's deliveries to the parking topic; park_barrier.go the
-// barrier, whose markers go through the log; park_release.go Parked and
-// Release; and park_request.go the release requests that a program
-// without a Receive records, and the Receives carry out.
+// barrier, whose markers go through the log; and park_release.go Parked
+// and Release, and park_request.go the release requests Receives carry out.
 //
 // A lane's deliveries go through the parking component in three places:
 //   - accept: a delivery of a key the lane was not holding anything of
@@ -137,8 +136,7 @@ func retainedTopic(ctx context.Context, client *pubsub.Client, topic string) (ti
 // Goroutines: run, the barrier's loop, started by startParking and waited
 // for by stop; the control log's, stopped by stop; one per flight, counted
 // in flights and waited for by shutdown and stop; and the callers of
-// Release, and the watch of release requests with the releases it runs
-// (park_request.go), counted in rel.
+// Release, the watch of release requests and its runs, counted in rel.
 type parking struct {
 	r      *receiver
 	topics *parkingTopics

@@ -21,8 +21,8 @@
 // [Log.Record] writes an event and returns its verdict, [Log.Publish]
 // writes one without waiting for it, and [Log.Sync] waits until every
 // event published before the call has been applied; [Log.View],
-// [Log.Lookup], [Log.List] and [Log.PendingReleases] read the state, and
-// [Log.Changes] waits for it to move. The events' encoding, the messages' attributes and ordering
+// [Log.Lookup] and [Log.List] read the state, and [Log.Changes] waits for
+// it to move. The events' encoding, the messages' attributes and ordering
 // key, and the names of the topic and subscriptions are the wire format:
 // processes of every version that receive a subscription share one log.
 package controllog
