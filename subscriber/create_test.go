@@ -172,6 +172,7 @@ func TestOptionsAreValidated(t *testing.T) {
 	var none *subscriber.Subscription
 	require.ErrorIs(t, none.Receive(ctx, func(context.Context, *subscriber.Delivery) error { return nil }), subscriber.ErrInvalidConfig)
 	require.ErrorIs(t, none.Release(ctx, "k"), subscriber.ErrInvalidConfig)
+	require.ErrorIs(t, none.RequestRelease(ctx, "k"), subscriber.ErrInvalidConfig)
 	_, err = none.Parked(ctx)
 	require.ErrorIs(t, err, subscriber.ErrInvalidConfig)
 }

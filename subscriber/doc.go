@@ -42,7 +42,11 @@
 // on every process receiving the subscription, until
 // [Subscription.Release] runs them through the handler, in order, each
 // once. [Subscription.Parked] lists the parked keys. The state is kept in
-// Pub/Sub, on a control topic every Receive replays and follows. See the
+// Pub/Sub, on a control topic every Receive replays and follows, so a
+// program that runs no Receive, such as an operator's command, can list
+// the parked keys and release one: its Release, or
+// [Subscription.RequestRelease], records a request there, and a Receive of
+// the subscription, on any process, carries it out. See the
 // project's FIGURES.md for how holding, the service's dead-lettering
 // ([WithDeadLetterPolicy]) and parking compare.
 //

@@ -142,25 +142,32 @@ const errPrefix = "keyorder/subscriber: "
 // Unwrap returns the handler's error.
 func (e *ReplayError) Unwrap() error { return e.Err }
 
-// ErrNoParking is returned by [Subscription.Parked] and
-// [Subscription.Release] on a Subscription made without [WithParking].
+// ErrNoParking is returned by [Subscription.Parked],
+// [Subscription.Release] and [Subscription.RequestRelease] on a
+// Subscription made without [WithParking].
 var ErrNoParking = errors.New("keyorder/subscriber: parking is not on (WithParking)")
 
-// ErrNotReceiving is returned by [Subscription.Release] when no Receive
-// runs on the Subscription, or when it stops during the release: the
-// parked messages run through the running Receive's handler.
+// ErrNotReceiving is returned by [Subscription.Release] when the Receive
+// running on the Subscription, whose handler runs the parked messages,
+// stops during the release: the key stays parked with what is left, for a
+// later release. Where no Receive runs on the Subscription, Release does
+// not return it: it asks for the release through the control log, for a
+// Receive of the subscription on any process to carry out.
 var ErrNotReceiving = errors.New("keyorder/subscriber: no Receive is running")
 
 // ErrNotParked is returned, wrapped with the key, by
-// [Subscription.Release] for a key that is not parked.
+// [Subscription.Release] and [Subscription.RequestRelease] for a key that
+// is not parked.
 var ErrNotParked = errors.New("keyorder/subscriber: key is not parked")
 
 // ErrReleasing is returned, wrapped with the key, by [Subscription.Release]
-// when another release of the key runs, here or on another process, or
-// took the release over.
+// in a running Receive when another release of the key runs, here or on
+// another process, or took the release over.
 var ErrReleasing = errors.New("keyorder/subscriber: key is being released")
 
 // ErrParkedAgain is returned, wrapped with the key, the message and the
 // handler's error, by [Subscription.Release] when a parked message fails
-// for good again: the release stops there and the key stays parked.
+// for good again: the release stops there and the key stays parked. A
+// Release that waited for another process to carry out its request wraps
+// an error with the text of the handler's, as the control log keeps it.
 var ErrParkedAgain = errors.New("keyorder/subscriber: a released message failed again; the key stays parked")

@@ -234,6 +234,15 @@ func (o *recorder) keyEvent(ev KeyEvent) {
 	}
 }
 
+// releaseRequestFailed logs that a release request this Receive carried
+// out did not end with the key unparked: a released message failed for
+// good again, which ends the request, or the release could not go on,
+// and is tried again (retry).
+func (o *recorder) releaseRequestFailed(key, requester string, err error, retry bool) {
+	o.log.LogAttrs(context.Background(), slog.LevelWarn, "keyorder/subscriber: release request failed",
+		slog.String("key", key), slog.String("requested_by", requester), slog.Any("error", err), slog.Bool("retry", retry))
+}
+
 // callbackPanicked logs a panic in a user callback (WithErrorHandler,
 // WithKeyEvents), once, with its stack.
 func (o *recorder) callbackPanicked(what string, v any, stack []byte) {

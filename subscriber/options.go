@@ -471,7 +471,10 @@ func WithRetryPolicy(min, max time.Duration) Option {
 // when it is missing, with 31 days of message retention, and with it the
 // control topic, named after the subscription with "-parking-control",
 // where every process receiving the subscription keeps the state. See
-// [Subscription.Release] and [Subscription.Parked].
+// [Subscription.Parked], [Subscription.Release] and
+// [Subscription.RequestRelease]: a program that runs no Receive, such as
+// an operator's command, may release a key too, and a Receive of the
+// subscription carries the release out.
 //
 // A message that fails for good (its attempts ran out, or the handler
 // returned [Permanent]) parks its key: it and every later message of the
@@ -480,7 +483,7 @@ func WithRetryPolicy(min, max time.Duration) Option {
 // [AttrPublishTime], [AttrAttempts] and [AttrError] added, then acked on
 // the subscription. The key's new messages follow them for as long as it
 // is parked, on every process, across restarts; no message of the key runs
-// before [Subscription.Release]. Other keys go on at full speed (S9).
+// before its release. Other keys go on at full speed (S9).
 //
 // Parking needs an ordered subscription, and every process receiving it
 // must use it, with the same topic. It wins over the subscription's

@@ -32,7 +32,7 @@ import (
 // topics it needs; park_lane.go the hooks the lanes call and the flights
 // that move a key's deliveries to the parking topic; park_barrier.go the
 // barrier, whose markers go through the log; and park_release.go Parked
-// and Release.
+// and Release, and park_request.go the release requests Receives carry out.
 //
 // A lane's deliveries go through the parking component in three places:
 //   - accept: a delivery of a key the lane was not holding anything of
@@ -136,7 +136,7 @@ func retainedTopic(ctx context.Context, client *pubsub.Client, topic string) (ti
 // Goroutines: run, the barrier's loop, started by startParking and waited
 // for by stop; the control log's, stopped by stop; one per flight, counted
 // in flights and waited for by shutdown and stop; and the callers of
-// Release, counted in rel.
+// Release, the watch of release requests and its runs, counted in rel.
 type parking struct {
 	r      *receiver
 	topics *parkingTopics
@@ -196,6 +196,7 @@ func startParking(ctx context.Context, r *receiver) (context.Context, error) {
 	p.fail = cancel
 	r.park = p
 	go p.run()
+	p.startRequests() // park_request.go
 	return rctx, nil
 }
 

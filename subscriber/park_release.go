@@ -19,7 +19,8 @@ import (
 )
 
 // A ParkedKey is a key parked by [WithParking]: its messages go to the
-// parking topic, and none runs until [Subscription.Release].
+// parking topic, and none runs until its release ([Subscription.Release],
+// [Subscription.RequestRelease]).
 type ParkedKey struct {
 	Key string
 	// Since is when the key was parked, by the service's clock.
@@ -33,6 +34,13 @@ type ParkedKey struct {
 	LastError string
 	// Releasing is set while a release of the key runs, on any process.
 	Releasing bool
+	// ReleaseRequested is when a release of the key was asked for, by
+	// [Subscription.RequestRelease] or a Release where no Receive runs,
+	// and not carried out yet, by the service's clock; zero when none is
+	// pending. ReleaseRequestedBy is who asked: the asking program's name,
+	// host and process ID.
+	ReleaseRequested   time.Time
+	ReleaseRequestedBy string
 }
 
 // Parked lists the keys parked now, oldest first, as every process
@@ -56,7 +64,7 @@ func (s *Subscription) Parked(ctx context.Context) ([]ParkedKey, error) {
 			return nil, err
 		}
 	}
-	lg, err := controllog.Open(ctx, s.client, s.parking.logConfig(s.name, 10*time.Second, false))
+	lg, err := s.openLog(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -75,30 +83,39 @@ func parkedKeys(lg *controllog.Log) []ParkedKey {
 	return out
 }
 
-// Release runs key's parked messages through the running Receive's
-// handler, in the order they were parked, each exactly once, then unparks
-// the key: its later messages run as they come, and those that went to the
-// parking topic meanwhile run first. It returns nil once the key is
-// unparked.
+// Release runs key's parked messages through the handler, in the order
+// they were parked, each exactly once, then unparks the key: its later
+// messages run as they come, and those that went to the parking topic
+// meanwhile run first. It returns nil once the key is unparked.
 //
-// The handler calls run on the calling goroutine, one at a time, with the
-// retries, backoff and attempts of any message; they count against no
-// worker of [WithWorkers]. Each message's success is recorded in the
-// control log before the next one runs, so a release stopped in the middle
-// (its ctx ends, Receive stops, the process dies) loses and reorders
-// nothing: the key stays parked with what is left, which a later Release,
-// on any process, runs. A message whose handler succeeded but whose record
-// was lost with the process runs again then, as an unacked message would.
+// Where a Receive runs on s, the release runs in it: the handler calls run
+// on the calling goroutine, one at a time, with the retries, backoff and
+// attempts of any message; they count against no worker of [WithWorkers].
+// Where none runs on s, as in an operator's command, Release asks for the
+// release as [Subscription.RequestRelease] does and waits while a Receive
+// of the subscription, on any process, carries it out: through its
+// handler, in the same order. If ctx ends first, Release returns ctx.Err()
+// and the request stays recorded, for a Receive to carry out.
+//
+// Each message's success is recorded in the control log before the next
+// one runs, so a release stopped in the middle (its ctx ends, Receive
+// stops, the process dies) loses and reorders nothing: the key stays
+// parked with what is left, which a later release, on any process, runs.
+// A message whose handler succeeded but whose record was lost with the
+// process runs again then, as an unacked message would.
 //
 // If a parked message fails for good again, the release stops there, the
 // key stays parked, and Release returns an error matching
-// [ErrParkedAgain] and wrapping the handler's.
+// [ErrParkedAgain] and wrapping the handler's error (where no Receive runs
+// on s, an error with its text, as the log keeps it).
 //
-// Release returns an error matching [ErrNotReceiving] when no Receive
-// runs on s, or it stops; [ErrNotParked] when the key is not parked;
-// [ErrReleasing] when another release of it runs (one whose process died
-// is taken over after 30 s without a sign of life); [ErrNoParking] without
-// [WithParking]; and ctx.Err() when ctx ends first.
+// Release returns an error matching [ErrNotParked] when the key is not
+// parked, at once; [ErrNoParking] without [WithParking]; and ctx.Err()
+// when ctx ends first. Where a Receive runs on s, it also returns
+// [ErrNotReceiving] when that Receive stops during the release, and
+// [ErrReleasing] when another release of the key runs, here or on another
+// process (one whose process died is taken over after 30 s without a sign
+// of life); where none runs, Release waits for such a release to end.
 func (s *Subscription) Release(ctx context.Context, key string) error {
 	if s == nil {
 		return invalid("Release on a nil Subscription")
@@ -106,11 +123,10 @@ func (s *Subscription) Release(ctx context.Context, key string) error {
 	if s.parking == nil {
 		return ErrNoParking
 	}
-	r := s.current.Load()
-	if r == nil || r.park == nil {
-		return ErrNotReceiving
+	if r := s.current.Load(); r != nil && r.park != nil && !r.stopped() {
+		return r.park.release(ctx, key)
 	}
-	return r.park.release(ctx, key)
+	return s.askRelease(ctx, key, true)
 }
 
 // releases counts the releases running in a Receive, so that it stops
@@ -163,6 +179,12 @@ func (p *parking) release(ctx context.Context, key string) error {
 	if err := p.sync(ctx); err != nil {
 		return err
 	}
+	return p.claimAndRun(ctx, key)
+}
+
+// claimAndRun claims the release of key's park and runs it. The caller has
+// entered the key in p.rel, and synced with the log since it decided to.
+func (p *parking) claimAndRun(ctx context.Context, key string) error {
 	rec := p.log.Lookup(key)
 	if rec == nil {
 		return fmt.Errorf("%w: %q", ErrNotParked, key)

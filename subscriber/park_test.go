@@ -192,9 +192,16 @@ func start(t *testing.T, s *subscriber.Subscription, h subscriber.Handler) (stop
 	return stop
 }
 
-// awaitParked waits until the running Receive of e lists key parked with n
+// awaitParked waits until Parked, through e.sub, lists key parked with n
 // messages.
 func (e parkEnv) awaitParked(t *testing.T, key string, n int) subscriber.ParkedKey {
+	t.Helper()
+	return e.awaitKey(t, key, fmt.Sprintf("%d messages parked", n), func(k subscriber.ParkedKey) bool { return k.Messages == n })
+}
+
+// awaitKey waits until Parked, through e.sub, lists key as cond wants it,
+// and returns it as listed; what says what is awaited, for a failure.
+func (e parkEnv) awaitKey(t *testing.T, key, what string, cond func(subscriber.ParkedKey) bool) subscriber.ParkedKey {
 	t.Helper()
 	ctx := testContext(t)
 	var got subscriber.ParkedKey
@@ -204,13 +211,13 @@ func (e parkEnv) awaitParked(t *testing.T, key string, n int) subscriber.ParkedK
 			return false
 		}
 		for _, k := range list {
-			if k.Key == key && k.Messages == n {
+			if k.Key == key && cond(k) {
 				got = k
 				return true
 			}
 		}
 		return false
-	}), "%s never had %d messages parked: %v", key, n, e.describe())
+	}), "%s never had %s: %v", key, what, e.describe())
 	return got
 }
 
@@ -346,41 +353,60 @@ func TestRestartWhileParked(t *testing.T) {
 // TestReleasedMessageFailsAgain: a parked message that fails for good in a
 // release parks the key again: Release stops there with ErrParkedAgain,
 // the messages before it stay released, and the rest stay parked, with the
-// new error. A later Release, after the fix, goes on from there.
+// new error. A later release, after the fix, goes on from there. The
+// release runs in the Receive of the Subscription Release is called on,
+// or is requested from a Subscription with no Receive, as an operator's
+// command is, and carried out by another process's Receive: the failure
+// then ends the request, which Parked no longer shows.
 func TestReleasedMessageFailsAgain(t *testing.T) {
 	t.Parallel()
-	e := newParkEnv(t, nil, subscriber.WithMaxAttempts(2))
-	e.publishSeqs(t, "key-0", 1, 8)
-	tr := newTracker(nil, 0)
-	tr.expect("key-0", 8)
-	var fixed atomic.Int32 // the messages from this one on succeed
-	fixed.Store(3)
-	stop := start(t, e.sub, tr.handler(func(_ context.Context, d *subscriber.Delivery) error {
-		if _, seq := parse(d); seq >= int(fixed.Load()) && seq <= 5 {
-			return fmt.Errorf("bad %d: %w", seq, errInjected)
-		}
-		return nil
-	}))
-	e.awaitParked(t, "key-0", 6) // 3..8
-	fixed.Store(5)               // 3 and 4 are fixed, 5 is not
-	err := e.sub.Release(testContext(t), "key-0")
-	require.ErrorIs(t, err, subscriber.ErrParkedAgain)
-	require.ErrorIs(t, err, errInjected)
-	assert.Equal(t, 4, tr.processed("key-0"))
-	k := e.awaitParked(t, "key-0", 4) // 5..8
-	assert.Equal(t, "bad 5: "+errInjected.Error(), k.LastError)
-	assert.False(t, k.Releasing)
-	assert.Equal(t, 2, tr.callsOf("key-0/5"), "it had its attempts")
+	for _, requested := range []bool{false, true} {
+		t.Run(map[bool]string{false: "here", true: "requested"}[requested], func(t *testing.T) {
+			t.Parallel()
+			e := newParkEnv(t, nil, subscriber.WithMaxAttempts(2))
+			e.publishSeqs(t, "key-0", 1, 8)
+			receiving := e.sub
+			if requested {
+				receiving = e.reopen(t, e.client, subscriber.WithMaxAttempts(2))
+			}
+			tr := newTracker(nil, 0)
+			tr.expect("key-0", 8)
+			var fixed atomic.Int32 // the messages from this one on succeed
+			fixed.Store(3)
+			stop := start(t, receiving, tr.handler(func(_ context.Context, d *subscriber.Delivery) error {
+				if _, seq := parse(d); seq >= int(fixed.Load()) && seq <= 5 {
+					return fmt.Errorf("bad %d: %w", seq, errInjected)
+				}
+				return nil
+			}))
+			e.awaitParked(t, "key-0", 6) // 3..8
+			fixed.Store(5)               // 3 and 4 are fixed, 5 is not
+			err := e.sub.Release(testContext(t), "key-0")
+			require.ErrorIs(t, err, subscriber.ErrParkedAgain)
+			assert.ErrorContains(t, err, "bad 5: "+errInjected.Error())
+			if !requested {
+				require.ErrorIs(t, err, errInjected) // a request's outcome has the error's text only
+			}
+			assert.Equal(t, 4, tr.processed("key-0"))
+			k := e.awaitParked(t, "key-0", 4) // 5..8
+			assert.Equal(t, "bad 5: "+errInjected.Error(), k.LastError)
+			assert.False(t, k.Releasing)
+			assert.Zero(t, k.ReleaseRequested, "no request is pending")
+			assert.Empty(t, k.ReleaseRequestedBy)
+			assert.Equal(t, 2, tr.callsOf("key-0/5"), "it had its attempts")
 
-	fixed.Store(6)
-	require.NoError(t, e.sub.Release(testContext(t), "key-0"))
-	select {
-	case <-tr.done:
-	case <-time.After(testTimeout):
-		t.Fatalf("key-0 has %d processed", tr.processed("key-0"))
+			fixed.Store(6)
+			if requested {
+				// From the Receive's own Subscription, this time.
+				require.NoError(t, receiving.RequestRelease(testContext(t), "key-0"))
+			} else {
+				require.NoError(t, e.sub.Release(testContext(t), "key-0"))
+			}
+			awaitDone(t, tr, "key-0")
+			stop()
+			tr.verify(t)
+		})
 	}
-	stop()
-	tr.verify(t)
 }
 
 // TestParkingWinsOverDeadLettering: on a subscription with a dead-letter
@@ -511,45 +537,11 @@ func TestReleaseInterruptedByARestart(t *testing.T) {
 	for _, crash := range []bool{false, true} {
 		t.Run(map[bool]string{false: "shutdown", true: "crash"}[crash], func(t *testing.T) {
 			e := newParkEnv(t, nil, subscriber.WithMaxAttempts(1), subscriber.WithDrainTimeout(50*time.Millisecond))
-			e.publishSeqs(t, "key-0", 1, 10)
-			tr := newTracker(nil, 0)
-			tr.expect("key-0", 10)
-			var fixed atomic.Bool
-			interrupt := make(chan struct{})
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			done := make(chan error, 1)
-			go func() {
-				done <- e.sub.Receive(ctx, tr.handler(func(hctx context.Context, d *subscriber.Delivery) error {
-					switch _, seq := parse(d); {
-					case seq == 2 && !fixed.Load():
-						return errInjected
-					case seq == 6:
-						// The release is interrupted here: this call fails
-						// once Receive has stopped, so the message is not
-						// processed.
-						close(interrupt)
-						<-hctx.Done()
-						return hctx.Err()
-					}
-					return nil
-				}))
-			}()
-			e.awaitParked(t, "key-0", 9)
-			fixed.Store(true)
-			if crash {
-				// The dying process cannot record that its release stopped.
-				e.srv.FailPublish(func(m *pubsubpb.PubsubMessage) bool {
-					return strings.Contains(string(m.Data), `"kind":"stop"`)
-				}, codes.PermissionDenied, 0)
-			}
 			released := make(chan error, 1)
-			go func() { released <- e.sub.Release(context.Background(), "key-0") }()
-			<-interrupt
-			cancel()
+			tr := interruptRelease(t, e, e.sub, crash, func() {
+				go func() { released <- e.sub.Release(context.Background(), "key-0") }()
+			})
 			require.ErrorIs(t, <-released, subscriber.ErrNotReceiving)
-			require.NoError(t, <-done)
-			assert.Equal(t, 5, tr.processed("key-0"))
 
 			again := e.reopen(t, e.client, subscriber.WithMaxAttempts(1))
 			eB := e
@@ -582,6 +574,58 @@ func TestReleaseInterruptedByARestart(t *testing.T) {
 			tr.verify(t)
 		})
 	}
+}
+
+// interruptRelease parks key-0's messages 2 to 10 in a Receive of first,
+// then calls release, which must start a release that the Receive runs,
+// and stops the Receive when the release reaches message 6: as a Receive
+// that shuts down does, recording that its release stopped, or, with
+// crash, as a dying process does, without a word. It returns the
+// tracker, which has seen messages 1 to 5 of the 10 it expects.
+func interruptRelease(t *testing.T, e parkEnv, first *subscriber.Subscription, crash bool, release func()) *tracker {
+	t.Helper()
+	e.publishSeqs(t, "key-0", 1, 10)
+	tr := newTracker(nil, 0)
+	tr.expect("key-0", 10)
+	var fixed atomic.Bool
+	interrupt := make(chan struct{})
+	var once sync.Once
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- first.Receive(ctx, tr.handler(func(hctx context.Context, d *subscriber.Delivery) error {
+			switch _, seq := parse(d); {
+			case seq == 2 && !fixed.Load():
+				return errInjected
+			case seq == 6:
+				// The release is interrupted here: this call fails once
+				// Receive has stopped, so the message is not processed.
+				once.Do(func() { close(interrupt) })
+				<-hctx.Done()
+				return hctx.Err()
+			}
+			return nil
+		}))
+	}()
+	e.awaitParked(t, "key-0", 9)
+	fixed.Store(true)
+	if crash {
+		// The dying process cannot record that its release stopped.
+		e.srv.FailPublish(func(m *pubsubpb.PubsubMessage) bool {
+			return strings.Contains(string(m.Data), `"kind":"stop"`)
+		}, codes.PermissionDenied, 0)
+	}
+	release()
+	select {
+	case <-interrupt:
+	case <-time.After(testTimeout):
+		t.Fatalf("the release never reached key-0/6: %s", e.describe())
+	}
+	cancel()
+	require.NoError(t, <-done)
+	assert.Equal(t, 5, tr.processed("key-0"))
+	return tr
 }
 
 // TestParkingTopics checks that CreateWithTopic and Open create the parking
@@ -640,6 +684,7 @@ func TestParkingTopics(t *testing.T) {
 		_, err = s.Parked(ctx)
 		require.ErrorIs(t, err, subscriber.ErrNoParking)
 		require.ErrorIs(t, s.Release(ctx, "k"), subscriber.ErrNoParking)
+		require.ErrorIs(t, s.RequestRelease(ctx, "k"), subscriber.ErrNoParking)
 	})
 	t.Run("Receive with a context ended", func(t *testing.T) {
 		topic, subID := names()
@@ -653,7 +698,9 @@ func TestParkingTopics(t *testing.T) {
 		topic, subID := names()
 		s, err := subscriber.CreateWithTopic(ctx, client, topic, subID, subscriber.WithParking("parked-"+topic))
 		require.NoError(t, err)
-		require.ErrorIs(t, s.Release(ctx, "k"), subscriber.ErrNotReceiving)
+		// Release asks through the control log, for a Receive elsewhere:
+		// it finds the key not parked.
+		require.ErrorIs(t, s.Release(ctx, "k"), subscriber.ErrNotParked)
 		list, err := s.Parked(ctx)
 		require.NoError(t, err)
 		assert.Empty(t, list)

@@ -28,7 +28,9 @@ import (
 //   - With [WithParking], a message that fails for good parks its key
 //     instead: it and the key's later messages go to the parking topic
 //     until [Subscription.Release]. Receive first replays the parking
-//     control log, and returns its error if it cannot follow it.
+//     control log, and returns its error if it cannot follow it; it
+//     carries out the release requests recorded there
+//     ([Subscription.RequestRelease]), through h.
 //   - A key queues at most [WithKeyBacklog] deliveries once the
 //     subscription holds half its flow-control window; past that, its
 //     deliveries are nacked, so that a slow or failing key cannot starve

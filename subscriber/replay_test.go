@@ -80,14 +80,15 @@ func (e replayEnv) replay(ctx context.Context, from time.Time, h subscriber.Hand
 	return done
 }
 
-// await returns Replay's result, or fails the test after testTimeout.
+// await returns the result of a call running on another goroutine, such
+// as Replay's or Release's, or fails the test after testTimeout.
 func await(t *testing.T, done <-chan error) error {
 	t.Helper()
 	select {
 	case err := <-done:
 		return err
 	case <-time.After(testTimeout):
-		t.Fatalf("Replay did not return in %v", testTimeout)
+		t.Fatalf("no result in %v", testTimeout)
 		return nil
 	}
 }

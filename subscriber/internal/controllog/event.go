@@ -30,11 +30,22 @@ const (
 	// a release, whoever the releaser is now.
 	Progress Kind = "progress"
 	// Stop ends the writer's release of Key, the key staying parked; with
-	// Err, a released message, Msg, failed for good again.
+	// Err, a released message, Msg, failed for good again, which also
+	// ends a pending Request.
 	Stop Kind = "stop"
 	// Unpark ends Key's park ParkID: its releaser, the writer, ran every
 	// one of the N parked messages. Refused if more were parked meanwhile.
 	Unpark Kind = "unpark"
+	// Request asks for a release of Key's park ParkID, for a Receive of
+	// the subscription, on any process, to carry out; From says who asks,
+	// for a person to read. The request stays on the park until it ends
+	// (Unpark) or a released message fails for good again (Stop with
+	// Err); a release that stops without an error leaves it. A request
+	// while one is pending joins it, which keeps its time and asker.
+	// Refused unless Key is parked under ParkID. Processes of versions
+	// before this kind refuse it, as any kind they do not know, and
+	// change nothing.
+	Request Kind = "release-request"
 )
 
 // The log's own kinds, which writers do not record.
@@ -66,6 +77,7 @@ type Event struct {
 	Msg    string   // the failed message (Park, Stop)
 	Err    string   // its error
 	N      int      // Unpark: the parked messages released
+	From   string   // Request: who asks, for a person to read
 }
 
 // entry is ev as the log holds it, without its writer, which publish sets.
@@ -73,7 +85,7 @@ func (ev Event) entry() *event {
 	if ev.Kind == Park && ev.ParkID == "" {
 		ev.ParkID = ephemeral.NewID()
 	}
-	return &event{Kind: ev.Kind, Key: ev.Key, Park: ev.ParkID, IDs: ev.IDs, Msg: ev.Msg, Err: ev.Err, N: ev.N}
+	return &event{Kind: ev.Kind, Key: ev.Key, Park: ev.ParkID, IDs: ev.IDs, Msg: ev.Msg, Err: ev.Err, N: ev.N, From: ev.From}
 }
 
 // An event is one entry of the control log, JSON-encoded in a message's
@@ -91,6 +103,8 @@ type event struct {
 	Msg string   `json:"msg,omitempty"`
 	Err string   `json:"err,omitempty"`
 	N   int      `json:"n,omitempty"`
+	// From is Event's, added with Request: older processes ignore it.
+	From string `json:"from,omitempty"`
 	// Nonce ties a snapshot's parts to its begin.
 	Nonce string `json:"nonce,omitempty"`
 	// Part is a snapshot part's content, and Last marks its final part.

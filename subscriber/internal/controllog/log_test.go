@@ -147,6 +147,42 @@ func TestChanges(t *testing.T) {
 	assert.NotEmpty(t, b.View().ParkID("k"))
 }
 
+// TestReleaseRequests: a Log that only asks records a release request on a
+// park; every Log lists it as pending, with who asked, until a release of
+// the park fails for good, which ends it.
+func TestReleaseRequests(t *testing.T) {
+	t.Parallel()
+	_, client, cfg := fake(t)
+	a, asker := open(t, client, cfg), open(t, client, cfg)
+	ctx := testContext(t)
+	pv, err := a.Record(ctx, Event{Kind: Park, Key: "k"})
+	require.NoError(t, err)
+	assert.Empty(t, a.PendingReleases())
+
+	v, err := asker.Record(ctx, Event{Kind: Request, Key: "k", ParkID: pv.ParkID, From: "ops"})
+	require.NoError(t, err)
+	require.True(t, v.Applied)
+	require.NoError(t, a.Sync(ctx))
+	for _, l := range []*Log{a, asker} {
+		got := l.PendingReleases()
+		require.Len(t, got, 1)
+		assert.Equal(t, "k", got[0].Key)
+		assert.Equal(t, pv.ParkID, got[0].ParkID)
+		assert.Equal(t, "ops", got[0].Requester)
+		assert.Equal(t, got[0].Requested, l.Lookup("k").Requested)
+		assert.False(t, got[0].Requested.IsZero())
+	}
+
+	v, err = a.Record(ctx, Event{Kind: Claim, Key: "k", ParkID: pv.ParkID})
+	require.NoError(t, err)
+	require.True(t, v.Applied)
+	require.Equal(t, a.ID(), a.PendingReleases()[0].Owner)
+	require.NoError(t, a.Publish(ctx, Event{Kind: Stop, Key: "k", ParkID: pv.ParkID, Msg: "m1", Err: "again"}))
+	require.NoError(t, asker.Sync(ctx))
+	assert.Empty(t, asker.PendingReleases())
+	assert.Equal(t, "again", asker.Lookup("k").Err)
+}
+
 // TestGoneWithoutTheFollower: a Log whose follower's subscription is
 // deleted can no longer tell the state, so it says so: Gone is closed,
 // Err says why, and a writer waiting for a verdict gets an error rather

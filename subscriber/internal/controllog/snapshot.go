@@ -72,6 +72,9 @@ func fromSnapshot(parts []*snapshotPart, lease time.Duration) *ctlState {
 	}
 	for _, rec := range s.keys {
 		rec.index()
+		if !rec.Requested.IsZero() {
+			s.requested[rec.Key] = true
+		}
 	}
 	return s
 }

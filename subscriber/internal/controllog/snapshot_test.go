@@ -34,6 +34,8 @@ func bigState(t *testing.T) *ctlState {
 		apply(event{Kind: Park, Key: key, Park: "ps" + key})
 		apply(event{Kind: Forward, Key: key, Park: "ps" + key, IDs: ids(key, 3)})
 	}
+	apply(event{Kind: Request, Key: "big", Park: "pb", By: "o1", From: "ops"})
+	apply(event{Kind: Request, Key: "small-2", Park: "pssmall-2", By: "o2"})
 	apply(event{Kind: Claim, Key: "small-1", Park: "pssmall-1", By: "r2"})
 	apply(event{Kind: Progress, Key: "small-1", Park: "pssmall-1", By: "r2", IDs: ids("small-1", 3)})
 	apply(event{Kind: Unpark, Key: "small-1", Park: "pssmall-1", By: "r2", N: 3})
@@ -62,6 +64,8 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		assert.Equal(t, s.record(key), got.record(key), key)
 	}
 	assert.Equal(t, s.released, got.released)
+	assert.Len(t, got.pendingReleases(), 2)
+	assert.Equal(t, s.pendingReleases(), got.pendingReleases())
 	assert.Equal(t, len(s.ended), len(got.ended))
 }
 

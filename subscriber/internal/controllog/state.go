@@ -46,6 +46,12 @@ type ParkRecord struct {
 	// progress.
 	Owner string    `json:"owner,omitempty"`
 	Beat  time.Time `json:"beat,omitzero"`
+	// Requested is when the pending release request was made (the
+	// Request event's publish time), zero when none; Requester who made
+	// it. Added with Request: a snapshot an older process writes drops
+	// them.
+	Requested time.Time `json:"requested,omitzero"`
+	Requester string    `json:"requester,omitempty"`
 
 	ids      map[string]bool // the set of IDs
 	released map[string]bool // the set of Released
@@ -82,6 +88,10 @@ type Summary struct {
 	LastError string
 	// Releasing is set while a release of the key runs, on any process.
 	Releasing bool
+	// ReleaseRequested is when a pending release request was made, zero
+	// when none; ReleaseRequestedBy who made it.
+	ReleaseRequested   time.Time
+	ReleaseRequestedBy string
 }
 
 // An ended park: when, and the messages it released while they may still
@@ -100,10 +110,13 @@ type ctlState struct {
 	ended map[string]*endedPark  // ended parks, by ID, for endedKeep
 	// released maps the messages of recently ended parks to their park.
 	released map[string]string
+	// requested holds the parked keys with a pending release request.
+	requested map[string]bool
 }
 
 func newCtlState(lease time.Duration) *ctlState {
-	return &ctlState{lease: lease, keys: map[string]*ParkRecord{}, ended: map[string]*endedPark{}, released: map[string]string{}}
+	return &ctlState{lease: lease, keys: map[string]*ParkRecord{}, ended: map[string]*endedPark{}, released: map[string]string{},
+		requested: map[string]bool{}}
 }
 
 // apply applies ev, published at at, and returns its verdict.
@@ -151,16 +164,23 @@ func (s *ctlState) apply(ev *event, at time.Time) Verdict {
 			rec.Owner, rec.Beat = "", time.Time{}
 			if ev.Err != "" {
 				rec.Msg, rec.Err = ev.Msg, ev.Err
+				s.endRequest(rec) // it failed: the asker learns so
 			}
 		}
 	case Unpark:
 		if ok = matches && rec.Owner == ev.By && len(rec.IDs) == ev.N && rec.Remaining() == 0; ok {
+			s.endRequest(rec)
 			delete(s.keys, ev.Key)
 			s.ended[rec.ParkID] = &endedPark{Park: rec.ParkID, At: at, IDs: rec.Released}
 			for _, id := range rec.Released {
 				s.released[id] = rec.ParkID
 			}
 			rec = nil
+		}
+	case Request:
+		if ok = matches; ok && rec.Requested.IsZero() {
+			rec.Requested, rec.Requester = at, cmp.Or(ev.From, ev.By)
+			s.requested[rec.Key] = true
 		}
 	case evMarker:
 		ok = true
@@ -197,6 +217,7 @@ func (s *ctlState) list() []Summary {
 		out = append(out, Summary{
 			Key: rec.Key, Since: rec.Since, Messages: rec.Remaining(),
 			MessageID: rec.Msg, LastError: rec.Err, Releasing: rec.Owner != "",
+			ReleaseRequested: rec.Requested, ReleaseRequestedBy: rec.Requester,
 		})
 	}
 	slices.SortFunc(out, func(a, b Summary) int {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // logStep is one event of a test log and the verdict it must get.
@@ -76,6 +77,51 @@ func TestCtlStateVerdicts(t *testing.T) {
 			assert.Contains(t, s.ended, "p1")
 			s.prune(start.Add(endedKeep + 2*time.Second))
 			assert.Empty(t, s.ended)
+		}},
+		{"release requests", []logStep{
+			{ev: event{Kind: Request, Key: k, Park: "p1", By: "o1"}, applied: false}, // not parked
+			{ev: event{Kind: Park, Key: k, Park: "p1"}, applied: true, park: "p1"},
+			{ev: event{Kind: Forward, Key: k, Park: "p1", IDs: []string{"m1", "m2"}}, applied: true, park: "p1"},
+			{ev: event{Kind: Request, Key: k, Park: "p9", By: "o1"}, applied: false, park: "p1"}, // another park
+			{ev: event{Kind: Request, Key: k, Park: "p1", By: "o1", From: "ops"}, after: time.Second, applied: true, park: "p1"},
+			{ev: event{Kind: Request, Key: k, Park: "p1", By: "o2", From: "other"}, after: 2 * time.Second, applied: true, park: "p1"}, // joins it
+			{ev: event{Kind: Claim, Key: k, Park: "p1", By: "a"}, applied: true, park: "p1"},
+			{ev: event{Kind: Stop, Key: k, Park: "p1", By: "a"}, applied: true, park: "p1"}, // a shutdown: still pending
+		}, func(t *testing.T, s *ctlState) {
+			want := PendingRelease{Key: k, ParkID: "p1", Requested: start.Add(time.Second), Requester: "ops"}
+			assert.Equal(t, []PendingRelease{want}, s.pendingReleases())
+			assert.Equal(t, start.Add(time.Second), s.list()[0].ReleaseRequested)
+			assert.Equal(t, "ops", s.list()[0].ReleaseRequestedBy)
+
+			// A released message fails for good again: the request ends.
+			s.apply(&event{Kind: Claim, Key: k, Park: "p1", By: "b"}, start)
+			assert.Equal(t, "b", s.pendingReleases()[0].Owner)
+			s.apply(&event{Kind: Stop, Key: k, Park: "p1", By: "b", Msg: "m1", Err: "again"}, start)
+			assert.Empty(t, s.pendingReleases())
+			assert.Zero(t, s.record(k).Requested)
+			assert.Empty(t, s.record(k).Requester)
+
+			// Asked again, without From: the asker is the writer. The
+			// release unparks the key: the request ends with the park.
+			require.True(t, s.apply(&event{Kind: Request, Key: k, Park: "p1", By: "o3"}, start).Applied)
+			assert.Equal(t, "o3", s.pendingReleases()[0].Requester)
+			for _, ev := range []event{
+				{Kind: Claim, Key: k, Park: "p1", By: "b"},
+				{Kind: Progress, Key: k, Park: "p1", By: "b", IDs: []string{"m1", "m2"}},
+				{Kind: Unpark, Key: k, Park: "p1", By: "b", N: 2},
+			} {
+				require.True(t, s.apply(&ev, start).Applied, "%+v", ev)
+			}
+			assert.Empty(t, s.pendingReleases())
+			assert.Empty(t, s.requested)
+		}},
+		{"a kind from a later version", []logStep{
+			{ev: event{Kind: Park, Key: k, Park: "p1"}, applied: true, park: "p1"},
+			{ev: event{Kind: "compact", Key: k, Park: "p1", By: "a", IDs: []string{"m1"}}, applied: false, park: "p1"},
+		}, func(t *testing.T, s *ctlState) {
+			// Refused, and nothing changed: how processes of this
+			// version treated Request before they knew it.
+			assert.Equal(t, []Summary{{Key: k, Since: start}}, s.list())
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,326 @@
+package subscriber
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/keyorder/keyorder/subscriber/internal/controllog"
+)
+
+// Release requests. A program that runs no Receive, such as an operator's
+// command, asks for a key's release through the control log: a
+// release-request event on the key's park, which names who asked. Every
+// Receive of the subscription watches the requests pending
+// (serveRequests), and claims the release of each one's park when nobody
+// holds it; the claim's compare-and-set picks one Receive, which runs the
+// release as Release does (park_release.go), through the call path, on a
+// goroutine it owns. The request lasts until the park ends or a released
+// message fails for good again: a release that stops because its Receive
+// shuts down, or its process dies, leaves it for the next Receive. The
+// asker may wait for the outcome in the log (awaitRequest).
+
+// RequestRelease asks for the release of key's parked messages and returns
+// once the request is recorded in the control log, without waiting for
+// it to be carried out. A Receive of the subscription, on any process,
+// running now or started later, carries it out as [Subscription.Release]
+// does: through its handler, in the order the messages were parked, each
+// once, then it unparks the key. [Subscription.Parked] shows the request
+// ([ParkedKey.ReleaseRequested]) while it is pending.
+//
+// The request ends when the key is unparked, or when a released message
+// fails for good again: the key then stays parked with that message's
+// error ([ParkedKey.LastError]), and a new request, after the fix, goes on
+// from there. A release that stops because its Receive shuts down, or its
+// process dies, leaves the request pending, and the next Receive to see it
+// takes it over. A request made while one is pending joins it. Every
+// process receiving the subscription must run a version of this package
+// that knows requests: an older one ignores them.
+//
+// RequestRelease works with or without a Receive on s. It returns an error
+// matching [ErrNotParked] when the key is not parked, [ErrNoParking]
+// without [WithParking], ctx.Err() if ctx ends first, and the service's
+// error if the control log cannot be read or written.
+func (s *Subscription) RequestRelease(ctx context.Context, key string) error {
+	if s == nil {
+		return invalid("RequestRelease on a nil Subscription")
+	}
+	if s.parking == nil {
+		return ErrNoParking
+	}
+	if r := s.current.Load(); r != nil && r.park != nil {
+		// The running Receive's log, once synced, is caught up.
+		err := r.park.sync(ctx)
+		if err == nil {
+			_, err = recordRequest(ctx, r.park.log, key)
+		}
+		if !errors.Is(err, ErrNotReceiving) {
+			return err
+		}
+	}
+	return s.askRelease(ctx, key, false)
+}
+
+// askRelease records a request for key's release in a control log of its
+// own and, with wait, waits for its outcome.
+func (s *Subscription) askRelease(ctx context.Context, key string, wait bool) error {
+	lg, err := s.openLog(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = lg.Close() }()
+	req, err := recordRequest(ctx, lg, key)
+	if err != nil || !wait {
+		return err
+	}
+	return req.await(ctx, lg)
+}
+
+// openLog opens the subscription's control log for a program that runs
+// no Receive: it replays the log, then follows it until closed.
+func (s *Subscription) openLog(ctx context.Context) (*controllog.Log, error) {
+	return controllog.Open(ctx, s.client, s.parking.logConfig(s.name, 10*time.Second, false))
+}
+
+// asker names this process in the requests it records: the program, its
+// host and its process ID, for an operator to read in Parked.
+var asker = sync.OnceValue(func() string {
+	prog := "unknown program"
+	if len(os.Args) > 0 {
+		prog = filepath.Base(os.Args[0])
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown host"
+	}
+	return fmt.Sprintf("%s on %s (pid %d)", prog, host, os.Getpid())
+})
+
+// A request is a release request recorded on a park, as the log holds
+// it: the request pending there when it was recorded, which a request
+// made earlier may have been.
+type request struct {
+	key, park string
+	at        time.Time // when the pending request was made; zero if it had ended
+	by        string
+}
+
+// recordRequest records a request for the release of key's park in lg,
+// whose state must be caught up, and returns it.
+func recordRequest(ctx context.Context, lg *controllog.Log, key string) (request, error) {
+	for {
+		rec := lg.Lookup(key)
+		if rec == nil {
+			return request{}, fmt.Errorf("%w: %q", ErrNotParked, key)
+		}
+		v, err := lg.Record(ctx, controllog.Event{Kind: controllog.Request, Key: key, ParkID: rec.ParkID, From: asker()})
+		if err != nil {
+			return request{}, err
+		}
+		if !v.Applied {
+			continue // the park ended meanwhile: ask about the key as it is now
+		}
+		req := request{key: key, park: rec.ParkID}
+		if p := pendingOn(lg, key, req.park); p != nil {
+			req.at, req.by = p.Requested, p.Requester
+		}
+		return req, nil
+	}
+}
+
+// pendingOn returns the request pending on key's park park in lg, nil if
+// none is.
+func pendingOn(lg *controllog.Log, key, park string) *controllog.PendingRelease {
+	for _, p := range lg.PendingReleases() {
+		if p.Key == key && p.ParkID == park {
+			return &p
+		}
+	}
+	return nil
+}
+
+// await waits until the request has ended in lg, and returns how: nil once
+// the park has ended, an error matching ErrParkedAgain if a released
+// message failed for good again, or ctx.Err() if ctx ends first.
+func (req request) await(ctx context.Context, lg *controllog.Log) error {
+	for {
+		changed := lg.Changes()
+		// The requests first, then the view: a request gone from a park
+		// that has not ended failed; the view is no older than the list.
+		p := pendingOn(lg, req.key, req.park)
+		switch {
+		case lg.View().ParkID(req.key) != req.park:
+			return nil // unparked
+		case p == nil || !p.Requested.Equal(req.at) || p.Requester != req.by:
+			rec := lg.Lookup(req.key)
+			if rec == nil || rec.ParkID != req.park {
+				return nil
+			}
+			return fmt.Errorf("%w: %q at message %s: %w", ErrParkedAgain, req.key, rec.Msg, errors.New(rec.Err))
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-lg.Gone():
+			return fmt.Errorf("keyorder/subscriber: following the parking control log: %w", lg.Err())
+		}
+	}
+}
+
+// startRequests starts the Receive's watch of release requests, counted in
+// p.rel with the releases it runs, so that the shutdown waits for them
+// (S7). Called by startParking, before anything else runs.
+func (p *parking) startRequests() {
+	p.rel.wg.Add(1)
+	go p.serveRequests()
+}
+
+// serveRequests carries out the release requests the control log holds
+// until the Receive stops: it looks at them whenever the log moves, a run
+// here ends, or a claim it waits for may have lapsed.
+func (p *parking) serveRequests() {
+	defer p.rel.wg.Done()
+	rt := &requestRuns{kick: make(chan struct{}, 1)}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		changed := p.log.Changes()
+		next, ok := p.claimRequests(rt)
+		if !ok {
+			return
+		}
+		if !next.IsZero() {
+			timer.Reset(time.Until(next))
+		}
+		select {
+		case <-p.r.stopping:
+			return
+		case <-changed:
+		case <-rt.kick:
+		case <-timer.C:
+		}
+	}
+}
+
+// claimRequests starts a release for each pending request that nobody
+// releases and this Receive may try now, and returns when to look again
+// for the others, zero for when the log moves; false once the Receive
+// stops.
+//
+// What it sees may lag behind what this Receive wrote: a run here that
+// has just ended published its stop, which may end the request, before
+// the log applied it. So a run syncs with the log, and looks at the
+// request again, before it claims.
+func (p *parking) claimRequests(rt *requestRuns) (next time.Time, ok bool) {
+	pending := p.log.PendingReleases()
+	rt.forgetBut(pending)
+	now := time.Now()
+	for _, pr := range pending {
+		at := rt.after(pr.Key)
+		if pr.Owner != "" && pr.Owner != p.log.ID() {
+			// Another releaser's claim: it may lapse, if its process died.
+			at = later(at, pr.Beat.Add(releaseLease))
+		}
+		if now.Before(at) {
+			if next.IsZero() || at.Before(next) {
+				next = at
+			}
+			continue
+		}
+		switch err := p.rel.enter(pr.Key); {
+		case errors.Is(err, ErrNotReceiving):
+			return time.Time{}, false
+		case err != nil:
+			continue // a release of the key runs here already
+		}
+		go p.carryOut(pr, rt)
+	}
+	return next, true
+}
+
+// carryOut runs the release pr asks for, entered in p.rel, and records
+// its end in rt.
+func (p *parking) carryOut(pr controllog.PendingRelease, rt *requestRuns) {
+	err := p.sync(p.ops)
+	if err == nil && pendingOn(p.log, pr.Key, pr.ParkID) != nil {
+		err = p.claimAndRun(p.ops, pr.Key)
+	}
+	retry := err != nil && !errors.Is(err, ErrParkedAgain) && !errors.Is(err, ErrNotParked) && !errors.Is(err, ErrNotReceiving)
+	rt.ended(pr.Key, retry, p.r.backoff)
+	p.rel.exit(pr.Key)
+	select {
+	case rt.kick <- struct{}{}:
+	default:
+	}
+	if err != nil && !errors.Is(err, ErrNotReceiving) && !errors.Is(err, ErrNotParked) && !errors.Is(err, ErrReleasing) {
+		// ErrReleasing: another Receive won the claim, or took over.
+		p.r.obs.releaseRequestFailed(pr.Key, pr.Requester, err, retry)
+	}
+}
+
+// requestRuns keeps, for the requests whose runs here ended without an
+// outcome (an error reading the parking topic, a claim refused), when this
+// Receive may try them again: after a backoff that grows with each such
+// run in a row.
+type requestRuns struct {
+	mu       sync.Mutex
+	failures map[string]int       // by key; guarded by mu
+	retryAt  map[string]time.Time // by key; guarded by mu
+	kick     chan struct{}        // a run ended: look again
+}
+
+// after returns when key may be tried again, zero if at any time.
+func (rt *requestRuns) after(key string) time.Time {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.retryAt[key]
+}
+
+// ended records the end of a run of key's request: with retry, one to try
+// again after backoff(failures in a row).
+func (rt *requestRuns) ended(key string, retry bool, backoff func(int) time.Duration) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if !retry {
+		delete(rt.failures, key)
+		delete(rt.retryAt, key)
+		return
+	}
+	if rt.failures == nil {
+		rt.failures, rt.retryAt = map[string]int{}, map[string]time.Time{}
+	}
+	rt.failures[key]++
+	rt.retryAt[key] = time.Now().Add(backoff(rt.failures[key]))
+}
+
+// forgetBut forgets the keys whose requests are no longer pending.
+func (rt *requestRuns) forgetBut(pending []controllog.PendingRelease) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if len(rt.failures) == 0 {
+		return
+	}
+	keep := make(map[string]bool, len(pending))
+	for _, p := range pending {
+		keep[p.Key] = true
+	}
+	for key := range rt.failures {
+		if !keep[key] {
+			delete(rt.failures, key)
+			delete(rt.retryAt, key)
+		}
+	}
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
