@@ -466,3 +466,40 @@ func TestPushOntoAPullSubscription(t *testing.T) {
 	_, err = subscriber.Open(ctx, e.client, e.sub.Name(), opts...)
 	require.ErrorIs(t, err, subscriber.ErrInvalidConfig)
 }
+
+// TestPushReleaseFromAnotherProcess: a key parked by a push endpoint is
+// released by an operator's program that runs no Receive: its Release
+// records a request in the control log, the push endpoint carries it out
+// through its handler, in order, and the operator's call returns once the
+// key is unparked.
+func TestPushReleaseFromAnotherProcess(t *testing.T) {
+	t.Parallel()
+	topic, _ := names()
+	park := "parked-" + topic
+	tr := newTracker(nil, 0)
+	tr.expect("k", 4)
+	var fixed atomic.Bool
+	e := newPushEnv(t, tr.handler(func(_ context.Context, d *subscriber.Delivery) error {
+		if string(d.Data) == "k/2" && !fixed.Load() {
+			return subscriber.Permanent(errInjected)
+		}
+		return nil
+	}), subscriber.WithParking(park), subscriber.WithParkingWait(100*time.Millisecond))
+	pe := parkEnv{fakeEnv: e.fakeEnv, parkTopic: path(e.client, "topics", park)}
+	e.publishSeqs(t, "k", 1, 4)
+	pe.awaitParked(t, "k", 3)
+
+	operator, err := subscriber.Open(testContext(t), harness.Client(t, e.srv.Addr), e.sub.Name(), subscriber.WithParking(pe.parkTopic))
+	require.NoError(t, err)
+	fixed.Store(true)
+	require.NoError(t, operator.Release(testContext(t), "k"))
+	select {
+	case <-tr.done:
+	case <-time.After(testTimeout):
+		t.Fatalf("k has %d processed; %s", tr.processed("k"), pe.describe())
+	}
+	tr.verify(t)
+	list, err := operator.Parked(testContext(t))
+	require.NoError(t, err)
+	assert.Empty(t, list)
+}
