@@ -1,6 +1,7 @@
 package subscriber
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 
@@ -82,6 +83,18 @@ type Gap struct {
 	// processed as usual.
 	MessageID string
 	Seq       uint64
+}
+
+// String describes g as a person reads it, numbers as epoch.n
+// ([ordering.FormatSeq]): "key k, producer p: 0.4 to 0.5 missing before
+// 0.6 (message m)".
+func (g Gap) String() string {
+	missing := ordering.FormatSeq(g.From)
+	if g.To != g.From {
+		missing += " to " + ordering.FormatSeq(g.To)
+	}
+	return fmt.Sprintf("key %s, producer %s: %s missing before %s (message %s)",
+		g.Key, g.Producer, missing, ordering.FormatSeq(g.Seq), g.MessageID)
 }
 
 // seqID names one producer's sequence for one key.

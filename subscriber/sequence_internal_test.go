@@ -289,6 +289,16 @@ func TestSequenceUndo(t *testing.T) {
 	assert.True(t, run(5), "once")
 }
 
+// TestGapString: a gap reads with its numbers as epoch.n.
+func TestGapString(t *testing.T) {
+	t.Parallel()
+	seq := ordering.MakeSeq
+	assert.Equal(t, "key k, producer p: 3.4 to 3.5 missing before 3.6 (message m)",
+		Gap{Key: "k", Producer: "p", From: seq(3, 4), To: seq(3, 5), Seq: seq(3, 6), MessageID: "m"}.String())
+	assert.Equal(t, "key k, producer p: 0.2 missing before 0.3 (message m)",
+		Gap{Key: "k", Producer: "p", From: 2, To: 2, Seq: 3, MessageID: "m"}.String())
+}
+
 // TestSequenceOwedIsBounded checks that a sequence remembers its newest
 // maxOwed runs of owed numbers, and takes the numbers of older ones for
 // copies.
