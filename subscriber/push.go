@@ -281,7 +281,9 @@ func (s *Subscription) Close(ctx context.Context) error {
 	return d.close(ctx)
 }
 
-// A pushDoor is the push endpoint: the call path's door for push requests.
+// A pushDoor is the push endpoint. Each of its requests runs through the
+// call path with a door of its own, pushAnswer, and the endpoint answers
+// with the decision.
 type pushDoor struct {
 	r *receiver
 	// validator checks tokens; made on the first request that needs it,
