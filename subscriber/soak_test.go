@@ -150,8 +150,9 @@ func soak(t *testing.T, parking bool) {
 }
 
 // soakReleases releases the keys the soak parks, as an operator would
-// once the cause is fixed: after every handler call, it lists the parked
-// keys and releases each, several at once.
+// once the cause is fixed: after every handler call, and every 100 ms, it
+// lists the parked keys and releases each, several at once. The ticker
+// matters at the end: a key can park after the last handler call.
 type soakReleases struct {
 	done atomic.Int64 // releases that unparked their key
 }
@@ -178,6 +179,8 @@ func (sr *soakReleases) run(s *subscriber.Subscription, tr *tracker) (stop func(
 	go func() {
 		defer close(exited)
 		defer wg.Wait()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
 		for {
 			tr.mu.Lock()
 			changed := tr.changed
@@ -195,6 +198,7 @@ func (sr *soakReleases) run(s *subscriber.Subscription, tr *tracker) (stop func(
 			}
 			select {
 			case <-changed:
+			case <-tick.C:
 			case <-tr.done:
 				return
 			case <-ctx.Done():
