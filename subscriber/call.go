@@ -69,10 +69,15 @@ func (r *receiver) call(j *job, d door) {
 	v := decision{kind: failedForGood, err: ErrHandlerExited} // what runtime.Goexit leaves
 	var began time.Time
 	defer func() {
-		if !began.IsZero() {
+		switch {
+		case !began.IsZero():
 			v.took = time.Since(began)
 			v = r.judge(j, v)
 			r.obs.handled(j, v)
+		case v.err != nil:
+			// A callback (the gap handler's) exited the goroutine before
+			// the call: judged as a failed call, so that it is retried.
+			v = r.judge(j, v)
 		}
 		d.settle(j, v)
 	}()

@@ -5,6 +5,7 @@ package subscriber_test
 
 import (
 	"context"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -379,4 +380,40 @@ func TestNoParkingOrDeadLetteringOntoItsOwnTopic(t *testing.T) {
 		_, err = subscriber.Open(ctx, client, s.Name(), subscriber.WithParking(s.Topic()))
 		require.ErrorIs(t, err, subscriber.ErrInvalidConfig)
 	})
+}
+
+// TestGapHandlerExits: a gap handler that exits its goroutine, as
+// t.FailNow does, costs the message after the gap one attempt: it is
+// settled, retried, and runs (S11, S5).
+func TestGapHandlerExits(t *testing.T) {
+	t.Parallel()
+	var exited atomic.Bool
+	e := newFakeEnv(t, nil, fast, subscriber.WithGapHandler(func(subscriber.Gap) {
+		if exited.CompareAndSwap(false, true) {
+			runtime.Goexit()
+		}
+	}))
+	st := func(n uint64) ordering.Stamp { return ordering.Stamp{Producer: "p", Seq: n} }
+	for _, err := range publishStamped(t, e.client, e.topic, []stamped{{"k", "k/1", st(1)}, {"k", "k/3", st(3)}}) {
+		require.NoError(t, err)
+	}
+	rec := &seqRecorder{}
+	got := make(chan struct{})
+	stop := start(t, e.sub, func(_ context.Context, d *subscriber.Delivery) error {
+		rec.add(d)
+		if d.Seq == 3 {
+			close(got)
+		}
+		return nil
+	})
+	select {
+	case <-got:
+	case <-time.After(testTimeout):
+		t.Fatalf("k/3 did not run: %+v", e.sub.Stats())
+	}
+	stop()
+	seqs, _ := rec.snapshot()
+	assert.Equal(t, []uint64{1, 3}, seqs)
+	assert.True(t, exited.Load())
+	assert.EqualValues(t, 1, e.sub.Stats().Retried, "the exit cost k/3 one attempt")
 }
