@@ -397,6 +397,23 @@ func TestPushHandlerMisuse(t *testing.T) {
 	assert.Panics(t, func() { pull.sub.PushHandler(h) })
 }
 
+// newParkingPushEnv is a pushEnv that parks, whose handler is tr's and
+// fails k/2 for good until fixed is set; pe is the same env seen as a
+// parkEnv.
+func newParkingPushEnv(t *testing.T, tr *tracker) (e pushEnv, pe parkEnv, fixed *atomic.Bool) {
+	t.Helper()
+	topic, _ := names()
+	park := "parked-" + topic
+	fixed = new(atomic.Bool)
+	e = newPushEnv(t, tr.handler(func(_ context.Context, d *subscriber.Delivery) error {
+		if string(d.Data) == "k/2" && !fixed.Load() {
+			return subscriber.Permanent(errInjected)
+		}
+		return nil
+	}), subscriber.WithParking(park), subscriber.WithParkingWait(100*time.Millisecond))
+	return e, parkEnv{fakeEnv: e.fakeEnv, parkTopic: path(e.client, "topics", park)}, fixed
+}
+
 // TestPushParking: on a push subscription with parking, a message that
 // fails for good parks its key, answered 204 once parked; the key's later
 // pushes go to the parking topic too, while other keys run. Release runs
@@ -404,18 +421,9 @@ func TestPushHandlerMisuse(t *testing.T) {
 // the key's next pushes then run. Every message runs once, in order.
 func TestPushParking(t *testing.T) {
 	t.Parallel()
-	topic, _ := names()
-	park := "parked-" + topic
 	tr := newTracker([]string{"other"}, 4)
 	tr.expect("k", 7)
-	var fixed atomic.Bool
-	e := newPushEnv(t, tr.handler(func(_ context.Context, d *subscriber.Delivery) error {
-		if string(d.Data) == "k/2" && !fixed.Load() {
-			return subscriber.Permanent(errInjected)
-		}
-		return nil
-	}), subscriber.WithParking(park), subscriber.WithParkingWait(100*time.Millisecond))
-	pe := parkEnv{fakeEnv: e.fakeEnv, parkTopic: path(e.client, "topics", park)}
+	e, pe, fixed := newParkingPushEnv(t, tr)
 
 	e.publishSeqs(t, "k", 1, 5)
 	e.publishSeqs(t, "other", 1, 4)
@@ -474,18 +482,9 @@ func TestPushOntoAPullSubscription(t *testing.T) {
 // key is unparked.
 func TestPushReleaseFromAnotherProcess(t *testing.T) {
 	t.Parallel()
-	topic, _ := names()
-	park := "parked-" + topic
 	tr := newTracker(nil, 0)
 	tr.expect("k", 4)
-	var fixed atomic.Bool
-	e := newPushEnv(t, tr.handler(func(_ context.Context, d *subscriber.Delivery) error {
-		if string(d.Data) == "k/2" && !fixed.Load() {
-			return subscriber.Permanent(errInjected)
-		}
-		return nil
-	}), subscriber.WithParking(park), subscriber.WithParkingWait(100*time.Millisecond))
-	pe := parkEnv{fakeEnv: e.fakeEnv, parkTopic: path(e.client, "topics", park)}
+	e, pe, fixed := newParkingPushEnv(t, tr)
 	e.publishSeqs(t, "k", 1, 4)
 	pe.awaitParked(t, "k", 3)
 
