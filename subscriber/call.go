@@ -2,6 +2,7 @@ package subscriber
 
 import (
 	"errors"
+	"log/slog"
 	"runtime/debug"
 	"time"
 )
@@ -9,141 +10,198 @@ import (
 // The call path. Every handler call goes through call, whatever brought
 // the message: a turn of a key's lane on the pull path (lane.go, which
 // Replay's Receive also runs), a release of a parked key
-// (park_release.go), or a push request (push.go). It applies, in this
-// order, the rules every call obeys:
+// (park_release.go), or a push request (push.go). It decides, in this
+// order, what becomes of the message:
 //
 //  1. Shutdown (S7): once Receive is stopping, nothing starts.
 //  2. The ID window (S6): a message processed in this Receive, or run by
 //     a release of a park that has ended, is not run again.
 //  3. The sequence check (S12): a stamped copy of a number processed
-//     already is not run; a gap before the number is reported.
+//     already is not run.
 //  4. The handler call: a panic becomes a *PanicError, runtime.Goexit
 //     ErrHandlerExited; a failed call is reported to WithErrorHandler.
 //  5. The failure decision (S5): a failed call counts against
 //     WithMaxAttempts, across deliveries, unless it is a RetryAfter;
 //     the message fails for good when its attempts are spent or the
 //     handler said Permanent, and is otherwise called again after a
-//     backoff. Once Receive is stopping, a failed call is not retried.
-//  6. Recording: a success is recorded as processed, by message ID and
-//     by stamp, before it is settled, so that a delivery that comes back
-//     after the ack is known.
-//  7. Observation: the call's duration and outcome, and its log.
-//  8. Settling, by the entry point, from a deferred call, so that a
-//     handler that exits its goroutine still has its message settled
-//     (S11).
+//     backoff. Once Receive is stopping, a failed call is not retried. A
+//     message that fails for good parks its key with WithParking, holds
+//     it on an ordered subscription, and is otherwise left to the service.
 //
-// Entry points differ only in where deliveries come from, which a door
-// hides, and in how it settles a decision: a lane acks, nacks, retries on
-// a timer or applies the failure policy; a release records the message in
-// the control log or stops; a push request answers with a status.
+// Then it applies every consequence of the verdict, once, whatever the
+// door: the record of a success, by message ID and by stamp, before the
+// door settles it, so that a delivery that comes back after the ack is
+// known; the attempts, fresh ones after a park; the counts; the logs and
+// metrics of the call. The door delivers the verdict (settle), from a
+// deferred call, so that a handler that exits its goroutine still has its
+// message settled (S11); a gap the sequence check found is reported to
+// WithGapHandler last, once nothing is left undone.
+//
+// Doors differ only in where deliveries come from and how a verdict is
+// delivered: a lane acks, nacks, retries on a timer, holds or sends the
+// key's deliveries to the parking topic; a release records the message in
+// the control log, waits to call it again, or stops; a push request
+// answers with a status, or moves the message to the parking topic.
 
-// A door is an entry point's side of the call path: it settles each
-// decision the path reaches. settle is called once per call, on the
+// A door is an entry point's side of the call path: it delivers each
+// verdict the path reaches. settle is called once per call, on the
 // calling goroutine, even when the handler exits it.
 type door interface {
-	settle(j *job, v decision)
+	settle(j *job, v verdict)
 }
 
-// decisionKind is what the call path decided of one call.
-type decisionKind uint8
+// verdictKind is what the call path decided of one call.
+type verdictKind uint8
 
 const (
-	ran           decisionKind = iota // the handler returned nil: processed (S4)
-	skipped                           // not called: processed already (S6, S12)
-	stopped                           // not called, or failed, while Receive stops (S7)
-	retrying                          // failed: call again after delay (S5)
-	failedForGood                     // failed for good: the failure policy applies (S5)
+	ran      verdictKind = iota // the handler returned nil: ack (S4)
+	copied                      // not called, processed already (S6, S12): ack
+	stopped                     // not called, or failed, while Receive stops (S7)
+	retrying                    // failed: call again after delay (S5)
+	holdKey                     // failed for good: nack, and hold the key until it comes back (S5)
+	parkKey                     // failed for good: park the key (WithParking)
+	forsaken                    // failed for good, nothing to hold (S8) or dead-lettered: nack
 )
 
-// A decision is what the call path made of one call of a job.
-type decision struct {
-	kind  decisionKind
-	err   error         // the handler's error; nil unless retrying or failedForGood
+// forGood reports whether the message failed for good.
+func (k verdictKind) forGood() bool { return k >= holdKey }
+
+// A verdict is what the call path made of one call of a job.
+type verdict struct {
+	kind  verdictKind
+	err   error         // the handler's error; nil unless it failed
 	delay time.Duration // retrying: the wait before the next call
 	took  time.Duration // the handler call's duration; 0 if not called
+	// deadLettered is set when the message fails for good on its last
+	// delivery: nacked, the service forwards it to the dead-letter topic.
+	deadLettered bool
 }
 
-// call runs j through the call path and hands the decision to d. j.d is
+// call runs j through the call path and hands the verdict to d. j.d is
 // complete but for Attempt, which call sets from the attempts window.
 func (r *receiver) call(j *job, d door) {
-	v := decision{kind: failedForGood, err: ErrHandlerExited} // what runtime.Goexit leaves
+	v := verdict{err: ErrHandlerExited} // what runtime.Goexit leaves
 	var began time.Time
+	var gap *Gap
 	defer func() {
-		switch {
-		case !began.IsZero():
+		if !began.IsZero() {
 			v.took = time.Since(began)
 			v = r.judge(j, v)
 			r.obs.handled(j, v)
-		case v.err != nil:
-			// A callback (the gap handler's) exited the goroutine before
-			// the call: judged as a failed call, so that it is retried.
-			v = r.judge(j, v)
 		}
+		r.conclude(j, v)
 		d.settle(j, v)
+		if gap != nil {
+			r.reportGap(*gap) // user code, once the message is settled
+		}
 	}()
 	if r.stopped() {
-		v = decision{kind: stopped} // S7
+		v = verdict{kind: stopped} // S7
 		return
 	}
-	if r.processedBefore(j.d.ID) || r.copyOfProcessed(j) {
-		v = decision{kind: skipped} // S6, S12
+	if r.processedBefore(j.d.ID) {
+		v = verdict{kind: copied} // S6
+		return
+	}
+	var isCopy bool
+	if isCopy, gap = r.checkSequence(j); isCopy {
+		v = verdict{kind: copied} // S12
 		return
 	}
 	j.d.Attempt = r.tries.prior(j.d.ID).calls + 1
 	began = time.Now()
-	v.err = r.invoke(j)
+	v.err = invokeHandler(r.h, handlerContext{Context: j.ctx, life: j.lifeOr(r.handlerCtx)}, &j.d)
 	if v.err != nil {
 		r.reportError(j, v.err) // v is kept if this exits the goroutine
 	}
 }
 
-// invoke calls the handler once, turning a panic into a *PanicError.
-func (r *receiver) invoke(j *job) (err error) {
+// invokeHandler calls h once, turning a panic into a *PanicError.
+func invokeHandler(h Handler, ctx handlerContext, d *Delivery) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = &PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
-	life := j.life
-	if life == nil {
-		life = r.handlerCtx
-	}
-	return r.h(handlerContext{Context: j.ctx, life: life}, &j.d)
+	return h(ctx, d)
 }
 
-// judge decides what becomes of a call that ended with v.err (S5), and
-// records a success as processed (S6, S12) before the door settles it.
-func (r *receiver) judge(j *job, v decision) decision {
-	id := j.d.ID
+// judge decides what becomes of a call that ended with v.err (S5).
+func (r *receiver) judge(j *job, v verdict) verdict {
 	if v.err == nil {
+		return verdict{kind: ran, took: v.took}
+	}
+	if r.stopped() {
+		return verdict{kind: stopped, err: v.err, took: v.took} // no retries once stopping (S7)
+	}
+	var later *RetryAfterError
+	counted := !errors.As(v.err, &later)
+	failures := r.tries.fail(j.d.ID, j.d.Attempt, counted)
+	v.kind, v.delay = retrying, r.backoff(failures)
+	if later != nil {
+		v.delay = later.Delay
+	}
+	// A newer delivery that came during the call gets a call of its own:
+	// the one that failed may be stale (its lease ran out).
+	spent := counted && (failures >= r.cfg.maxAttempts || errors.As(v.err, new(*PermanentError))) && !j.redelivered.Load()
+	// A door that retries by a nack (push) would have the service
+	// dead-letter a message on its last delivery: with parking, parking
+	// wins, on every door, so that the key's later messages wait.
+	lastChance := j.retriesByNack && r.parks(j) && r.deadLettered(j)
+	if spent || lastChance {
+		v.kind = r.policy(j)
+	}
+	if v.kind == forsaken || v.kind == holdKey {
+		v.deadLettered = r.deadLettered(j)
+		if v.deadLettered {
+			v.kind = forsaken // the service goes on with the key without it
+		}
+	}
+	return v
+}
+
+// policy is the failure policy for j, which failed for good (S5).
+func (r *receiver) policy(j *job) verdictKind {
+	switch {
+	case r.parks(j):
+		return parkKey
+	case j.d.Key != "" && r.s.ordered:
+		return holdKey
+	}
+	return forsaken // nothing to keep in order behind it (S8)
+}
+
+// parks reports whether a failure for good of j parks its key.
+func (r *receiver) parks(j *job) bool {
+	return r.s.parking != nil && r.s.ordered && j.d.Key != ""
+}
+
+// conclude applies the consequences of v, the verdict on j, that every
+// door shares: the record of a success (S6, S12), the attempts, the
+// counts and the log of a failure for good.
+func (r *receiver) conclude(j *job, v verdict) {
+	id := j.d.ID
+	switch k := v.kind; {
+	case k == ran:
 		r.seen.add(id)
 		r.processedStamp(j)
 		if j.d.Attempt > 1 {
 			r.tries.succeed(id)
 		}
-		return decision{kind: ran, took: v.took}
-	}
-	if r.stopped() {
-		return decision{kind: stopped, err: v.err, took: v.took} // no retries once stopping (S7)
-	}
-	var later *RetryAfterError
-	counted := !errors.As(v.err, &later)
-	failures := r.tries.fail(id, j.d.Attempt, counted)
-	v.kind, v.delay = retrying, r.backoff(failures)
-	if later != nil {
-		v.delay = later.Delay
-	}
-	if counted && (failures >= r.cfg.maxAttempts || errors.As(v.err, new(*PermanentError))) {
-		v.kind = failedForGood
-	}
-	return v
-}
-
-// failedForGood counts j's message in Stats.Failed, the first time it
-// fails for good: the doors call it when they apply the failure policy.
-func (r *receiver) failedForGood(j *job) {
-	if r.tries.giveUp(j.d.ID) {
-		r.s.counts.failed.Add(1)
+	case k == retrying:
+		r.s.counts.retried.Add(1)
+	case k.forGood():
+		j.err = v.err
+		if r.tries.giveUp(id) {
+			r.s.counts.failed.Add(1) // once per message
+		}
+		if v.deadLettered {
+			r.s.counts.deadLettered.Add(1)
+		}
+		if k == parkKey {
+			r.tries.succeed(id) // a release gives it its attempts afresh
+		}
+		r.obs.failedForGood(j, v.deadLettered)
 	}
 }
 
@@ -152,4 +210,12 @@ func (r *receiver) failedForGood(j *job) {
 // has ended since (its ack may have been lost).
 func (r *receiver) processedBefore(id string) bool {
 	return r.seen.contains(id) || (r.park != nil && r.park.releasedLately(id))
+}
+
+// logFailure is the attribute set of a failure for good's log.
+func logFailure(j *job, deadLettered bool) []slog.Attr {
+	return []slog.Attr{
+		slog.String("key", j.d.Key), slog.String("message_id", j.d.ID), slog.Int("attempt", j.d.Attempt),
+		slog.Any("error", j.err), slog.Bool("dead_lettered", deadLettered),
+	}
 }

@@ -63,6 +63,7 @@ type confirmer struct {
 }
 
 type pendingAck struct {
+	ran   bool // the handler ran for it (S4): a failed ack undoes that
 	id    string
 	key   string
 	stamp ordering.Stamp // zero if the delivery's stamp is not checked
@@ -137,10 +138,14 @@ func (c *confirmer) run() {
 		// which its Receive does before returning.
 		status, err := p.res.Get(c.ctx)
 		if err != nil || status != pubsub.AcknowledgeStatusSuccess {
-			// Not processed: run it again when it comes back.
-			c.r.seen.w.Delete(p.id)
-			if p.stamp.Seq != 0 {
-				c.r.seqs.undo(p.key, p.stamp)
+			if p.ran {
+				// Not processed after all: run it again when it comes
+				// back. A copy skipped, or a message parked, owes
+				// nothing: its handler did not run here.
+				c.r.seen.w.Delete(p.id)
+				if p.stamp.Seq != 0 {
+					c.r.seqs.Undo(p.key, p.stamp)
+				}
 			}
 			c.r.s.counts.ackFailed.Add(1)
 		}
@@ -171,10 +176,10 @@ func (c *confirmer) stop(wait time.Duration) {
 }
 
 // ack acks the newest delivery of j's message: on an exactly-once
-// subscription, with its answer watched.
-func (r *receiver) ack(j *job) {
+// subscription, with its answer watched; ran says the handler ran for it.
+func (r *receiver) ack(j *job, ran bool) {
 	if r.confirm != nil {
-		p := pendingAck{id: j.d.ID}
+		p := pendingAck{id: j.d.ID, ran: ran}
 		if r.sequenced(j) {
 			p.key, p.stamp = j.d.Key, ordering.Stamp{Producer: j.d.Producer, Seq: j.d.Seq}
 		}

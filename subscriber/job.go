@@ -35,10 +35,16 @@ type job struct {
 	// call of the job runs, under the lane's shard mutex.
 	d Delivery
 
-	// redelivered is set when a newer delivery joins the job while its
-	// handler runs: if the call fails, the newer delivery gets a call of
-	// its own rather than being nacked unrun. Guarded by the shard mutex.
-	redelivered bool
+	// redelivered is set, under the lane's shard mutex, when a newer
+	// delivery joins the job while its handler runs: if the call fails,
+	// the newer delivery gets a call of its own rather than being nacked
+	// unrun (judge reads it). Cleared, under the mutex, with stale.
+	redelivered atomic.Bool
+
+	// retriesByNack is set by a door whose retries are the service's
+	// redeliveries (push): a retry on the last delivery before
+	// dead-lettering would lose the key's order. Set before the call.
+	retriesByNack bool
 
 	// notBefore is when a message that failed for good on an earlier
 	// delivery may be called again. Set when the job is accepted.
@@ -68,10 +74,40 @@ func newJob(ctx context.Context, m *pubsub.Message) *job {
 // deliveryAttempt is the service's count for the newest delivery, 0 when
 // the subscription has no dead-letter policy.
 func (j *job) deliveryAttempt() int {
+	if j.msg == nil {
+		return 0 // a released copy: its delivery was acked when parked
+	}
 	if a := j.msg.DeliveryAttempt; a != nil {
 		return *a
 	}
 	return 0
+}
+
+// ctxOr returns the job's context for its logs, Background if it has none.
+func (j *job) ctxOr() context.Context {
+	if j.ctx != nil {
+		return j.ctx
+	}
+	return context.Background()
+}
+
+// lifeOr returns the context that bounds the handler's: the job's own, or
+// else def.
+func (j *job) lifeOr(def context.Context) context.Context {
+	if j.life != nil {
+		return j.life
+	}
+	return def
+}
+
+// dropStale nacks the deliveries of j's message older than its newest,
+// which is to be called again. The lane's shard mutex must be held.
+func (j *job) dropStale() {
+	for _, m := range j.stale {
+		m.Nack()
+	}
+	j.stale = nil
+	j.redelivered.Store(false)
 }
 
 // join makes m, a newer delivery of j's message, the one j settles first.
@@ -80,7 +116,7 @@ func (j *job) join(m *pubsub.Message, running bool) {
 	j.stale = append(j.stale, j.msg)
 	j.msg = m
 	if running {
-		j.redelivered = true
+		j.redelivered.Store(true)
 	}
 }
 

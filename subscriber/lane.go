@@ -41,12 +41,15 @@ type laneShard struct {
 // A message without a key gets a lane of its own, outside the map of keys,
 // that lives as long as that one message.
 //
-// Its methods: here, its life (release), its turn (Run, Drop, begin,
-// settle, next, drain, wait, due) and heldKey; accept, which takes a new
-// delivery, in receive.go; the failure policy (failed, nackTail, back,
-// endTrouble, lapsed) in failure.go; room (stuck, shed, openGap,
-// closeGap) in room.go; parking's unfence in park_lane.go; and what Stats
-// reads (partition, oldest) in census.go.
+// Its methods, all in lane*.go: here, its life (release), its turn (Run,
+// Drop, begin, settle, next, drain, wait, due), update and heldKey; accept,
+// which takes a new delivery, in lane_accept.go; the held-key record and
+// the failure policy (note, retryLater, hold, nackTail, back, endTrouble,
+// lapsed) in lane_failure.go; room (stuck, shed, sendBack, closeRoomGap)
+// in lane_room.go; parking (divert, park, flights, unfence) in
+// lane_park.go; push's bookkeeping in lane_push.go; and what Stats reads
+// (partition, oldest) in lane_census.go. Nothing else writes a lane's
+// fields.
 type lane struct {
 	r   *receiver // set when made
 	sh  *laneShard
@@ -64,18 +67,22 @@ type lane struct {
 	// from one that is stuck (S10).
 	pace time.Duration
 	// active is set while a turn is in the pool or running, or retry is
-	// pending: then nothing else may submit a turn.
+	// pending: then nothing else may submit a turn. turn is set while a
+	// turn is in the pool and has not begun.
 	active bool
+	turn   bool
 	// retry fires when the head's next attempt is due.
 	retry *time.Timer
 	// trouble is the key's failing message, nil while it is healthy.
 	trouble *trouble
-	// gap is the first delivery of the key nacked for room (S10). The
+	// roomGap is the first delivery of the key nacked for room (S10). The
 	// service sends it back before any later message of the key, so every
-	// later delivery is nacked too until it comes back, or until gapEnd
-	// fires after WithRedeliveryWait, in case it went to another client.
-	gap    string
-	gapEnd *time.Timer
+	// later delivery is nacked too until it comes back, or until
+	// roomGapEnd fires after WithRedeliveryWait, in case it went to
+	// another client. (A gap in a producer's sequence numbers is another
+	// thing: sequence.go.)
+	roomGap    string
+	roomGapEnd *time.Timer
 
 	// stats counts the key's calls while it has a lane, for Stats.
 	stats laneStats
@@ -144,7 +151,7 @@ func laneHash(key string) uint32 {
 // release removes the lane from its shard once it holds nothing. The
 // shard's mutex must be held.
 func (l *lane) release() {
-	if l.active || l.running != nil || l.queue.Len() > 0 || l.trouble != nil || l.gap != "" {
+	if l.active || l.running != nil || l.queue.Len() > 0 || l.trouble != nil || l.roomGap != "" {
 		return
 	}
 	if l.key == "" {
@@ -258,11 +265,21 @@ func (l *lane) Run() {
 // Drop is called by the pool when it discards a turn before it ran, at
 // shutdown: the lane's deliveries are nacked unrun (S7).
 func (l *lane) Drop() {
+	l.update(func(_ time.Time, fx *effects) {
+		l.active, l.turn = false, false
+		l.drain(fx, outShutdown)
+	})
+}
+
+// update is every change to a lane from outside a held shard mutex: f
+// changes it under the mutex, next decides its next turn, and what they
+// decided is applied once the mutex is released (apply). next releases a
+// lane left with nothing.
+func (l *lane) update(f func(now time.Time, fx *effects)) {
 	var fx effects
 	l.sh.mu.Lock()
-	l.active = false
-	l.drain(&fx, outShutdown)
-	l.release()
+	f(time.Now(), &fx)
+	l.next(&fx)
 	l.sh.mu.Unlock()
 	l.r.apply(l, &fx)
 }
@@ -278,6 +295,7 @@ func (l *lane) begin() *job {
 		l.sh.mu.Unlock()
 		r.apply(l, &fx)
 	}()
+	l.turn = false
 	if r.stopped() {
 		l.active = false
 		l.drain(&fx, outShutdown)
@@ -303,45 +321,45 @@ func (l *lane) begin() *job {
 	return j
 }
 
-// settle is the pull path's door: it settles the decision on the turn's
-// job and moves the lane on. An ack comes only after the handler succeeded
-// (S4); a failure is retried on a timer or meets the failure policy
-// (failure.go); once Receive is stopping, the job is nacked (S7).
-func (l *lane) settle(j *job, v decision) {
-	r := l.r
-	now := time.Now()
-	var fx effects
-	l.sh.mu.Lock()
-	l.running = nil
-	if v.took > 0 {
-		l.pace = ewma(l.pace, v.took)
-		l.stats.ran(v.took)
-	}
-	switch v.kind {
-	case skipped:
-		fx.add(j, outDeduplicated)
-	case ran:
-		fx.add(j, outAcked)
-		if t := l.trouble; t != nil && t.id == j.d.ID {
-			l.endTrouble(&fx, ReasonSucceeded, now)
+// settle is the pull path's door: it delivers the call path's verdict on
+// the turn's job and moves the lane on. A success or a copy is acked (S4,
+// S6); a failure is called again after its delay, on a timer, or meets
+// the failure policy the verdict names (lane_failure.go); once Receive is
+// stopping, the job is nacked (S7).
+func (l *lane) settle(j *job, v verdict) {
+	l.update(func(now time.Time, fx *effects) {
+		l.running = nil
+		if v.took > 0 {
+			l.pace = ewma(l.pace, v.took)
+			l.stats.ran(v.took)
 		}
-	case stopped:
-		fx.add(j, outShutdown)
-	default:
-		l.failed(j, v, now, &fx)
-	}
-	l.next(&fx)
-	l.sh.mu.Unlock()
-	r.apply(l, &fx)
+		l.note(j, v, now, fx)
+		switch v.kind {
+		case ran:
+			fx.add(j, outAcked)
+		case copied:
+			fx.add(j, outDeduplicated)
+		case stopped:
+			fx.add(j, outShutdown)
+		case retrying:
+			l.retryLater(j, v.delay, now)
+		case parkKey:
+			l.r.park.park(l, j, v.err) // lane_park.go: the next flight parks the key
+		case holdKey:
+			l.hold(j, fx)
+		case forsaken:
+			fx.add(j, outFailed)
+		}
+	})
 }
 
 // next decides whether the lane needs another turn now, after a turn or a
 // timer. The shard's mutex must be held.
 func (l *lane) next(fx *effects) {
 	switch {
-	case l.running != nil || l.retry != nil || l.pk.busy():
-		// A turn runs, or a retry, the barrier or a flight is pending: it
-		// will call next again.
+	case l.running != nil || l.turn || l.retry != nil || l.pk.busy():
+		// A turn runs or waits in the pool, or a retry, the barrier or a
+		// flight is pending: it will call next again.
 		return
 	case l.r.stopped():
 		l.drain(fx, outShutdown)
@@ -354,7 +372,7 @@ func (l *lane) next(fx *effects) {
 		// Parking holds the deliveries for the barrier, or moves them to
 		// the parking topic (park.go).
 	case l.queue.Len() > 0:
-		l.active = true
+		l.active, l.turn = true, true
 		fx.turn = true
 	default:
 		l.active = false
@@ -374,7 +392,7 @@ func (l *lane) drain(fx *effects, out outcome) {
 	if t := l.trouble; t != nil && l.r.clock.stop(t.lapse) {
 		t.lapse = nil
 	}
-	l.closeGap()
+	l.closeRoomGap()
 }
 
 // wait makes the lane's head wait d for its next attempt, holding no
@@ -390,12 +408,7 @@ func (l *lane) wait(d time.Duration, now time.Time) {
 
 // due is the retry timer's function: the head's next attempt is due.
 func (l *lane) due() {
-	var fx effects
-	l.sh.mu.Lock()
-	l.retry = nil
-	l.next(&fx)
-	l.sh.mu.Unlock()
-	l.r.apply(l, &fx)
+	l.update(func(time.Time, *effects) { l.retry = nil })
 }
 
 // ewma folds d into the moving average avg, a quarter at a time; the first

@@ -383,12 +383,14 @@ func TestNoParkingOrDeadLetteringOntoItsOwnTopic(t *testing.T) {
 }
 
 // TestGapHandlerExits: a gap handler that exits its goroutine, as
-// t.FailNow does, costs the message after the gap one attempt: it is
-// settled, retried, and runs (S11, S5).
+// t.FailNow does, changes nothing of the message after the gap: the gap is
+// reported once the message has run and been settled, so it runs once,
+// is acked, and costs no attempt (S11, S5). With WithMaxAttempts(1) a gap
+// handler judged before the call would fail the message for good unrun.
 func TestGapHandlerExits(t *testing.T) {
 	t.Parallel()
 	var exited atomic.Bool
-	e := newFakeEnv(t, nil, fast, subscriber.WithGapHandler(func(subscriber.Gap) {
+	e := newFakeEnv(t, nil, fast, subscriber.WithMaxAttempts(1), subscriber.WithGapHandler(func(subscriber.Gap) {
 		if exited.CompareAndSwap(false, true) {
 			runtime.Goexit()
 		}
@@ -415,5 +417,9 @@ func TestGapHandlerExits(t *testing.T) {
 	seqs, _ := rec.snapshot()
 	assert.Equal(t, []uint64{1, 3}, seqs)
 	assert.True(t, exited.Load())
-	assert.EqualValues(t, 1, e.sub.Stats().Retried, "the exit cost k/3 one attempt")
+	stats := e.sub.Stats()
+	assert.Zero(t, stats.Retried, "the exit cost k/3 no attempt")
+	assert.Zero(t, stats.Failed, "nor failed it")
+	assert.EqualValues(t, 2, stats.Acked)
+	assert.EqualValues(t, 1, stats.Gaps)
 }

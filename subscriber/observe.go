@@ -169,17 +169,20 @@ func (o *recorder) settled(j *job, out outcome, deadLettered bool) {
 		opts = o.deadLettered
 	}
 	o.deliveries.Add(context.Background(), 1, opts...)
-	if out == outFailed {
-		o.log.LogAttrs(j.ctx, slog.LevelWarn, "keyorder/subscriber: message failed for good",
-			slog.String("key", j.d.Key), slog.String("message_id", j.d.ID), slog.Int("attempt", j.d.Attempt),
-			slog.Any("error", j.err), slog.Bool("dead_lettered", deadLettered))
-	}
+}
+
+// failedForGood logs that j's message failed for good, with its last
+// error, whatever the door and the failure policy: deadLettered is set
+// when it is nacked on its last delivery, which the service forwards to
+// the dead-letter topic.
+func (o *recorder) failedForGood(j *job, deadLettered bool) {
+	o.log.LogAttrs(j.ctxOr(), slog.LevelWarn, "keyorder/subscriber: message failed for good", logFailure(j, deadLettered)...)
 }
 
 // handled records a handler call of j, judged v. A panic is logged with
 // its stack, at Error; an error at Debug, since a failure for good is
 // logged when it is settled.
-func (o *recorder) handled(j *job, v decision) {
+func (o *recorder) handled(j *job, v verdict) {
 	if v.err == nil {
 		o.duration.Record(context.Background(), v.took.Seconds(), o.calledAs[callOK]...)
 		return
@@ -292,6 +295,15 @@ func (o *recorder) sequenceDuplicate(ctx context.Context, first bool, key, produ
 		level = slog.LevelInfo
 	}
 	o.log.LogAttrs(ctx, level, "keyorder/subscriber: duplicate sequence number",
+		slog.String("key", key), slog.String("producer", producer), slog.String("seq", ordering.FormatSeq(seq)),
+		slog.String("message_id", id))
+}
+
+// sequenceRerun logs a message run though it may have run before: a bound
+// of the sequence window was reached, and what it forgot runs rather than
+// being taken for a copy (S12). At Info: a duplicate run, not a loss.
+func (o *recorder) sequenceRerun(ctx context.Context, key, producer string, seq uint64, id string) {
+	o.log.LogAttrs(ctx, slog.LevelInfo, "keyorder/subscriber: sequence number may have run before",
 		slog.String("key", key), slog.String("producer", producer), slog.String("seq", ordering.FormatSeq(seq)),
 		slog.String("message_id", id))
 }

@@ -78,7 +78,7 @@ func BenchmarkRecorder(b *testing.B) {
 			j := &job{ctx: context.Background(), d: Delivery{ID: "1", Key: "k"}}
 			b.ReportAllocs()
 			for b.Loop() {
-				o.handled(j, decision{kind: ran, took: time.Millisecond})
+				o.handled(j, verdict{kind: ran, took: time.Millisecond})
 				o.settled(j, outAcked, false)
 			}
 		})

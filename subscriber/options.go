@@ -350,9 +350,10 @@ func WithSequenceWindow(n int) Option {
 // WithGapHandler sets a function told of every gap Receive finds in a
 // producer's sequence for a key: numbers never processed here, before a
 // message about to be processed, which then is processed as usual. Each
-// gap is reported once, on the worker about to run the message, just
-// before its handler call; f should not block. A panic in it is recovered
-// and logged. The default does nothing; [Stats.Gaps] counts gaps anyway.
+// gap is reported once, on the goroutine that ran the message, once the
+// message's call has been decided and settled: so nothing f does, not
+// even exiting its goroutine, changes what becomes of the message. f
+// should not block. A panic in it is recovered and logged. The default does nothing; [Stats.Gaps] counts gaps anyway.
 //
 // A gap means the numbers were not stored (their publish failed, and the
 // messages, if republished, got new numbers), were dead-lettered, or went

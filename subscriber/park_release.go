@@ -216,9 +216,10 @@ type releaseRun struct {
 	// read and not run yet, by their message ID on the subscription.
 	done    map[string]bool
 	content map[string]*pubsub.Message
-	// last is the call path's decision on the message running, and
-	// recorded the error of recording it, if it ran (settle).
-	last     decision
+	// last is the call path's verdict on the message running, and
+	// recorded the error of recording it, if it ran (settle); written by
+	// the call's goroutine before it ends.
+	last     verdict
 	recorded error
 }
 
@@ -379,16 +380,25 @@ func (rr *releaseRun) heartbeat() (lost <-chan error, stop func()) {
 // control log once it has run, or was skipped as processed already,
 // before the next runs. It returns an error matching ErrParkedAgain if it
 // fails for good; the key then stays parked.
+//
+// Each call runs on a goroutine of its own, as a push request's does, so
+// that a handler that exits its goroutine is a failed call, retried, as
+// on every door, and the release goes on.
 func (rr *releaseRun) runOne(ctx context.Context, id string, m *pubsub.Message) error {
 	j := &job{ctx: ctx, d: releasedDelivery(rr.key, id, m), redriven: isRedriven(m.Attributes)}
 	for {
-		rr.p.r.call(j, rr)
-		switch v := rr.last; v.kind {
-		case ran, skipped:
+		called := make(chan struct{})
+		go func() {
+			defer close(called)
+			rr.p.r.call(j, rr)
+		}()
+		<-called
+		switch v := rr.last; {
+		case v.kind == ran || v.kind == copied:
 			return rr.recorded
-		case stopped:
+		case v.kind == stopped:
 			return ErrNotReceiving // no retries once shutting down (S7); the key stays parked
-		case failedForGood:
+		case v.kind.forGood():
 			return fmt.Errorf("%w: %q at message %s: %w", ErrParkedAgain, rr.key, id, v.err)
 		default:
 			if err := rr.wait(ctx, v.delay); err != nil {
@@ -401,19 +411,18 @@ func (rr *releaseRun) runOne(ctx context.Context, id string, m *pubsub.Message) 
 // settle is a release's door: a parked message that ran, or was skipped
 // as processed already, is recorded in the control log before the next
 // one runs; one that failed for good stops the release, the key staying
-// parked with it at the head, and gets fresh attempts in the next release.
-func (rr *releaseRun) settle(j *job, v decision) {
+// parked with it at the head (the call path gave it fresh attempts for
+// the next release).
+func (rr *releaseRun) settle(j *job, v verdict) {
 	rr.last = v
 	id := j.d.ID
-	switch v.kind {
-	case ran, skipped:
+	switch {
+	case v.kind == ran || v.kind == copied:
 		rr.done[id] = true
 		delete(rr.content, id)
 		rr.p.r.s.counts.released.Add(1)
 		rr.recorded = rr.progress(id)
-	case failedForGood:
-		rr.p.r.failedForGood(j)
-		rr.p.r.tries.succeed(id)
+	case v.kind.forGood():
 		rr.stop(v.err, id, v.err.Error())
 	}
 }

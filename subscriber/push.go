@@ -326,124 +326,156 @@ func (d *pushDoor) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	out, err := d.run(req, m)
-	if err != nil {
+	out, parkedIt, err := d.run(req, m)
+	switch {
+	case err != nil:
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
-		return
-	}
-	switch out {
-	case outAcked, outDeduplicated, outParked:
+	case out == outAcked || out == outDeduplicated || out == outParked:
 		w.WriteHeader(http.StatusNoContent)
-	case outShutdown:
+	case out == outShutdown:
 		http.Error(w, "shutting down", http.StatusServiceUnavailable)
 	default:
 		http.Error(w, "handler failed", http.StatusInternalServerError)
+	}
+	if parkedIt != nil {
+		// Told once the answer is written (S11).
+		d.parking.parked.told(KeyParked, m.OrderingKey, parkedIt, time.Now(), "")
 	}
 }
 
 // run takes m through the call path on a goroutine of its own, so that a
 // handler that exits its goroutine still gets its request answered (S11),
 // and through parking's steps with WithParking, and returns the outcome
-// the answer reports; or an error, for a 503, when the door is closed or
-// parking is not up.
-func (d *pushDoor) run(req *http.Request, m *pubsub.Message) (outcome, error) {
+// the answer reports, with the park this request made, if it made one,
+// to be told once the answer is written; or an error, for a 503, when the
+// door is closed or parking is not up.
+func (d *pushDoor) run(req *http.Request, m *pubsub.Message) (outcome, *parkCause, error) {
 	r, ctx := d.r, req.Context()
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return 0, errShuttingDown
+	if !d.enter() {
+		return 0, nil, errShuttingDown
 	}
-	d.calls.Add(1)
-	d.mu.Unlock()
 	defer d.calls.Done()
 	var p *parking
 	if d.parking != nil {
 		var err error
 		if p, err = d.parking.await(ctx); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
+		// A move to the parking topic ends with the request, or when Close
+		// gives up on the drain.
+		var stop context.CancelFunc
+		ctx, stop = context.WithCancel(ctx)
+		defer stop()
+		defer context.AfterFunc(p.ops, stop)()
 	}
 	if m.OrderingKey != "" {
 		done, err := d.keys.enter(ctx, m.OrderingKey)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		defer done()
 	}
 	r.s.counts.received.Add(1)
 	j := newJob(ctx, m)
 	j.d.DeliveryAttempt = j.deliveryAttempt()
+	j.retriesByNack = true // S5: the service's backoff spaces the retries
 	if p != nil && j.d.Key != "" {
 		parked, err := p.divertPush(ctx, j)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		if parked {
-			return d.parked(j), nil
+			return d.parked(j), nil, nil
 		}
 	}
-	// The handler's context ends with the request, as the service stops
-	// waiting for the answer then, or with the door's drain.
+	v := d.call(ctx, j)
+	if v.kind == parkKey {
+		parked, cause, err := p.parkPush(ctx, j, v.err)
+		if parked {
+			return d.parked(j), cause, nil
+		}
+		r.obs.log.Warn("keyorder/subscriber: could not park a pushed message; the service will push it again",
+			"key", j.d.Key, "error", err)
+	}
+	return d.deliver(j, v), nil, nil
+}
+
+// enter counts a request at work, unless the door is closed.
+func (d *pushDoor) enter() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return false
+	}
+	d.calls.Add(1)
+	return true
+}
+
+// call runs j through the call path on a goroutine of its own, the key's
+// lane showing it running meanwhile (lane_push.go), and returns the
+// verdict. The handler's context ends with the request, as the service
+// stops waiting for the answer then, or with the door's drain.
+func (d *pushDoor) call(ctx context.Context, j *job) verdict {
+	r := d.r
 	life, cancel := context.WithCancel(r.handlerCtx)
 	defer cancel()
 	defer context.AfterFunc(ctx, cancel)()
 	j.life = life
-	answer := make(chan decision, 1)
-	go r.call(j, pushAnswer(answer))
-	v := <-answer
-	if v.kind == failedForGood && p != nil && j.d.Key != "" {
-		r.failedForGood(j)
-		if parked, err := p.parkPush(ctx, j, v.err); parked {
-			return d.parked(j), nil
-		} else if err != nil {
-			r.obs.log.Warn("keyorder/subscriber: could not park a pushed message; the service will push it again",
-				"key", j.d.Key, "error", err)
-		}
-	}
-	return d.settle(j, v), nil
+	answer := make(chan verdict, 1)
+	go r.call(j, pushAnswer{l: r.lanes.pushing(r, j), answer: answer})
+	return <-answer
 }
 
-// parked counts j as moved to the parking topic.
+// parked settles j as moved to the parking topic.
 func (d *pushDoor) parked(j *job) outcome {
-	d.r.s.counts.parked.Add(1)
-	d.r.count(j, outParked)
+	var fx effects
+	d.r.parked(&fx, j)
+	d.r.count(j, outParked) // nothing to ack: the answer acks it
 	return outParked
 }
 
 var errShuttingDown = errors.New("shutting down")
 
-// pushAnswer is the door of one push request: it hands the decision to the
-// request's goroutine, which settles it by its answer.
-type pushAnswer chan decision
+// pushAnswer is the door of one push request: it ends the call in the
+// key's lane, where the held-key record notes the verdict, and hands the
+// verdict to the request's goroutine, which delivers it as its answer.
+// Key events are told last, once the answer can be written, so that a
+// callback that exits the goroutine leaves nothing undone.
+type pushAnswer struct {
+	l      *lane
+	answer chan<- verdict
+}
 
-func (a pushAnswer) settle(_ *job, v decision) { a <- v }
+func (a pushAnswer) settle(j *job, v verdict) {
+	fx := a.l.pushed(j, v)
+	a.answer <- v
+	a.l.r.apply(a.l, &fx)
+}
 
-// settle turns the call path's decision on j into the outcome the answer
-// reports, and counts it as Receive counts its settlements.
-func (d *pushDoor) settle(j *job, v decision) outcome {
-	r := d.r
-	out := outAcked
+// deliver turns the verdict on j into the outcome the answer reports, and
+// counts it as Receive counts its settlements: a success or a copy acks,
+// a failure nacks, for the service to push the message again, or to
+// dead-letter it.
+func (d *pushDoor) deliver(j *job, v verdict) outcome {
+	out := outFailed
 	switch v.kind {
-	case skipped:
+	case ran:
+		out = outAcked
+	case copied:
 		out = outDeduplicated
 	case stopped:
 		out = outShutdown
 	case retrying:
 		out = outRetried
-		r.s.counts.retried.Add(1)
-	case failedForGood:
-		out = outFailed
-		r.failedForGood(j)
-		if r.deadLettered(j) {
-			r.s.counts.deadLettered.Add(1)
-		}
 	}
-	r.count(j, out)
+	d.r.count(j, out)
 	return out
 }
 
-// close refuses new requests, drains the running ones and stops the
-// receiver.
+// close refuses new requests, lets running ones drain, with the releases
+// and the moves to the parking topic, until the drain timeout, then
+// cancels what runs, and stops the receiver. It returns by ctx, with
+// ctx.Err(), whatever is still under way: that goes on ending behind it.
 func (d *pushDoor) close(ctx context.Context) error {
 	d.closeOnce.Do(func() {
 		r := d.r
@@ -453,8 +485,13 @@ func (d *pushDoor) close(ctx context.Context) error {
 		close(r.stopping)
 		drained := make(chan struct{})
 		go func() {
-			d.calls.Wait()
-			close(drained)
+			defer close(drained)
+			var wg sync.WaitGroup
+			wg.Go(d.calls.Wait)
+			if d.parking != nil {
+				wg.Go(d.parking.drain)
+			}
+			wg.Wait()
 		}()
 		t := time.NewTimer(r.cfg.drainTimeout)
 		defer t.Stop()
@@ -462,15 +499,26 @@ func (d *pushDoor) close(ctx context.Context) error {
 		case <-drained:
 		case <-t.C:
 		case <-ctx.Done():
-			d.closeErr = ctx.Err()
 		}
 		r.cancelHandlers()
-		<-drained
 		if d.parking != nil {
-			d.parking.close()
+			d.parking.cancel()
 		}
-		r.obs.close()
-		r.s.current.Store(nil)
+		finish := func() {
+			<-drained
+			if d.parking != nil {
+				d.parking.close()
+			}
+			r.obs.close()
+			r.s.current.Store(nil)
+		}
+		select {
+		case <-drained:
+			finish()
+		case <-ctx.Done():
+			go finish()
+		}
+		d.closeErr = ctx.Err()
 	})
 	return d.closeErr
 }

@@ -80,8 +80,8 @@ func (pp *pushParking) run(ctx context.Context) {
 }
 
 // await returns the parking component once it is up, or an error if ctx
-// ends first or the log was lost. Once it has returned, r.park may be
-// read: it was set before ready was closed.
+// ends first, the endpoint closes, or the log was lost. Once it has
+// returned, r.park may be read: it was set before ready was closed.
 func (pp *pushParking) await(ctx context.Context) (*parking, error) {
 	select {
 	case <-pp.lost:
@@ -93,27 +93,48 @@ func (pp *pushParking) await(ctx context.Context) (*parking, error) {
 		return pp.parked, nil
 	case <-pp.lost:
 		return nil, errParkingLost
+	case <-pp.r.stopping:
+		return nil, errShuttingDown
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 }
 
-// close stops the control log: releases stop and moves land within the
-// drain timeout, then the log is closed.
-func (pp *pushParking) close() {
+// up returns the parking component if it is up, else nil.
+func (pp *pushParking) up() *parking {
 	select {
 	case <-pp.ready:
-		pp.parked.shutdown()
-		pp.stop()
-		<-pp.done
-		_ = pp.parked.stop(nil)
+		return pp.parked
 	default:
-		pp.stop()
-		<-pp.done
-		if pp.parked != nil { // came up meanwhile
-			pp.parked.shutdown()
-			_ = pp.parked.stop(nil)
-		}
+		return nil
+	}
+}
+
+// drain waits, at Close, for the releases running in the endpoint; a new
+// one is refused.
+func (pp *pushParking) drain() {
+	if p := pp.up(); p != nil {
+		p.rel.close()
+	}
+}
+
+// cancel gives up on what parking has under way, once Close has waited
+// the drain: the releases' waits and the moves to the parking topic.
+func (pp *pushParking) cancel() {
+	if p := pp.up(); p != nil {
+		p.cancelOps()
+	}
+}
+
+// close stops the control log, once the endpoint has drained: its
+// starting loop, then the log itself.
+func (pp *pushParking) close() {
+	pp.stop()
+	<-pp.done
+	if p := pp.parked; p != nil {
+		p.rel.close() // came up while Close drained
+		p.cancelOps()
+		_ = p.stop(nil)
 	}
 }
 
@@ -137,17 +158,15 @@ func (p *parking) divertPush(ctx context.Context, j *job) (bool, error) {
 }
 
 // parkPush is step 3's end: j, a push that failed for good, parks its key.
-// It reports whether j was parked, and so is to be acked.
-func (p *parking) parkPush(ctx context.Context, j *job, err error) (bool, error) {
-	cause := &parkCause{id: j.d.ID, err: err.Error(), attempt: j.d.Attempt}
+// It reports whether j was parked, and so is to be acked, and the cause
+// to tell of if this call parked the key.
+func (p *parking) parkPush(ctx context.Context, j *job, err error) (bool, *parkCause, error) {
+	cause := causeOf(j, err)
 	parked, parkedIt, merr := p.move(ctx, j.d.Key, []*job{j}, "", cause)
-	if parked {
-		p.r.tries.succeed(j.d.ID) // a release gives it its attempts afresh
+	if !parkedIt {
+		cause = nil
 	}
-	if parkedIt {
-		p.told(KeyParked, j.d.Key, cause, time.Now(), "")
-	}
-	return parked, merr
+	return parked, cause, merr
 }
 
 // keyGate runs the pushes of one key one at a time. The service keeps one

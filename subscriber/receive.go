@@ -7,6 +7,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 
+	"github.com/keyorder/keyorder/subscriber/internal/seqwindow"
 	"github.com/keyorder/keyorder/workers"
 )
 
@@ -109,18 +110,18 @@ type receiver struct {
 	// handlerCtx outlives Receive's ctx by the drain timeout (S7).
 	handlerCtx     context.Context
 	cancelHandlers context.CancelFunc
-	stopping       chan struct{} // closed when Receive's ctx ends or pulling fails
-	lanes          lanes         // the keys with work or a hold
-	seen           processed     // recently processed message IDs (S6)
-	seqs           *sequences    // recently active producers' sequences, per key
-	tries          attempts      // calls and failures of failing messages
-	room           room          // S10
-	clock          clock         // retry and hold timers
-	confirm        *confirmer    // exactly-once subscriptions only: watches ack answers
-	obs            *recorder     // metrics and logs (observe.go)
-	census         census        // scratch for Stats (census.go)
-	park           *parking      // with WithParking, else nil (park.go)
-	ending         ending        // what the shutdown nacks once the streams close (shutdown.go)
+	stopping       chan struct{}     // closed when Receive's ctx ends or pulling fails
+	lanes          lanes             // the keys with work or a hold
+	seen           processed         // recently processed message IDs (S6)
+	seqs           *seqwindow.Window // recently active producers' sequences, per key; nil without checks
+	tries          attempts          // calls and failures of failing messages
+	room           room              // S10
+	clock          clock             // retry and hold timers
+	confirm        *confirmer        // exactly-once subscriptions only: watches ack answers
+	obs            *recorder         // metrics and logs (observe.go)
+	census         census            // scratch for Stats (census.go)
+	park           *parking          // with WithParking, else nil (park.go)
+	ending         ending            // what the shutdown nacks once the streams close (shutdown.go)
 }
 
 func newReceiver(ctx context.Context, s *Subscription, h Handler) (*receiver, error) {
@@ -142,9 +143,11 @@ func newReceiver(ctx context.Context, s *Subscription, h Handler) (*receiver, er
 		cancelHandlers: cancel,
 		stopping:       make(chan struct{}),
 		seen:           newProcessed(s.cfg.dedupWindow),
-		seqs:           newSequences(s.cfg.seqWindow),
 		tries:          newAttempts(),
 		ending:         ending{born: time.Now()},
+	}
+	if s.cfg.seqWindow > 0 {
+		r.seqs = seqwindow.New(s.cfg.seqWindow)
 	}
 	r.room.init(&s.cfg, s.deadLetterAttempts)
 	r.obs = newRecorder(s, r.gauges)
@@ -221,56 +224,6 @@ func (r *receiver) deliver(ctx context.Context, m *pubsub.Message) {
 	r.apply(l, &fx)
 }
 
-// accept decides what becomes of j, a new delivery on l: queued, joined to
-// a delivery of the same message already here, or nacked unrun. The
-// shard's mutex must be held.
-func (l *lane) accept(j *job, now time.Time) outcome {
-	r := l.r
-	if r.stopped() {
-		return outShutdown // S7
-	}
-	id := j.d.ID
-	if l.running != nil && l.running.d.ID == id {
-		l.running.join(j.msg, true)
-		return outJoined
-	}
-	for i := 0; i < l.queue.Len(); i++ {
-		if q := l.queue.At(i); q.d.ID == id {
-			q.join(j.msg, false)
-			return outJoined
-		}
-	}
-	if r.park != nil && l.key != "" {
-		r.park.accept(l) // park_lane.go: the barrier
-	}
-	if prior := r.tries.prior(id); prior.failures >= r.cfg.maxAttempts {
-		// It failed for good on an earlier delivery: one call per
-		// delivery, after its backoff.
-		j.notBefore = now.Add(r.backoff(prior.failures))
-	}
-	if t := l.trouble; t != nil && t.held {
-		switch {
-		case id == t.id:
-			l.back(j)
-			r.take(j)
-			return outQueued
-		case r.deadLettered(j):
-			// Kept rather than nacked into the dead-letter topic unrun;
-			// it runs after the failed message (see nackTail).
-		default:
-			return outHeld // S5: an earlier message of the key has not succeeded yet
-		}
-	} else if l.gap != "" && id != l.gap {
-		return outRoom // S10: an earlier message of the key was sent back
-	} else if l.closeGap(); !r.room.admit(l, j, now) {
-		l.openGap(id)
-		return outRoom // S10
-	}
-	l.queue.Push(j)
-	r.take(j)
-	return outQueued
-}
-
 // outcome is how a job ends, or what became of a delivery.
 type outcome int
 
@@ -303,7 +256,7 @@ func (r *receiver) settle(j *job, out outcome) {
 		for _, m := range j.stale {
 			m.Ack()
 		}
-		r.ack(j)
+		r.ack(j, out == outAcked)
 		r.ending.acked()
 	case out == outShutdown && r.ending.hold(j):
 	default:

@@ -311,7 +311,7 @@ func (r *receiver) idle() bool {
 	}
 	busy := false
 	r.lanes.each(func(l *lane) {
-		busy = busy || l.running != nil || l.queue.Len() > 0 || l.trouble != nil || l.gap != ""
+		busy = busy || l.running != nil || l.queue.Len() > 0 || l.trouble != nil || l.roomGap != ""
 	})
 	return !busy
 }

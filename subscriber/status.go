@@ -103,8 +103,9 @@ type Stats struct {
 	// Deduplicated counts deliveries acked without calling the handler:
 	// the message was processed already (S6).
 	Deduplicated int64
-	// Retried counts failed handler calls that were retried later on the
-	// same delivery, the key waiting meanwhile (S5).
+	// Retried counts failed handler calls whose message is to be called
+	// again, the key waiting meanwhile (S5): after a backoff, on Receive
+	// and in a release, or when the service pushes it again, on push.
 	Retried int64
 	// Failed counts messages whose handler failed for good (their
 	// attempts ran out, or it returned Permanent), once each however many
@@ -140,6 +141,10 @@ type Stats struct {
 	// Gaps counts the gaps in producers' sequences reported to
 	// [WithGapHandler].
 	Gaps int64
+	// Rerun counts stamped messages run though they may have run before:
+	// a bound of [WithSequenceWindow] was reached, and what the window
+	// forgot runs again rather than being taken for a copy (S12).
+	Rerun int64
 	// Parked counts messages moved to the parking topic and acked
 	// ([WithParking]), and Released the parked messages run by
 	// [Subscription.Release].
@@ -186,7 +191,7 @@ type Stats struct {
 type counters struct {
 	settled                                            [numOutcomes]atomic.Int64 // by outcome (receive.go)
 	received, retried, failed, deadLettered, ackFailed atomic.Int64
-	duplicates, gaps                                   atomic.Int64 // sequence.go
+	duplicates, gaps, rerun                            atomic.Int64 // sequence.go
 	parked, released                                   atomic.Int64 // park.go
 }
 
@@ -215,6 +220,7 @@ func (s *Subscription) Stats() Stats {
 		AckFailed:      c.ackFailed.Load(),
 		Duplicates:     c.duplicates.Load(),
 		Gaps:           c.gaps.Load(),
+		Rerun:          c.rerun.Load(),
 		Parked:         c.parked.Load(),
 		Released:       c.released.Load(),
 	}

@@ -167,38 +167,38 @@ func (l *lane) shed(now time.Time, fx *effects) {
 		return
 	}
 	tail := l.queue.Truncate(l.r.room.perKey, nil)
-	l.openGap(tail[0].d.ID) // the oldest nacked comes back first
+	l.openRoomGap(tail[0].d.ID) // the oldest nacked comes back first
 	for _, j := range tail {
 		fx.add(j, outRoom)
 	}
 }
 
-// openGap nacks id for room: the key's later deliveries are nacked until
+// openRoomGap nacks id for room: the key's later deliveries are nacked until
 // it comes back (S10). The shard's mutex must be held.
-func (l *lane) openGap(id string) {
-	if l.gap == id {
+func (l *lane) openRoomGap(id string) {
+	if l.roomGap == id {
 		return
 	}
-	l.closeGap()
-	l.gap = id
-	l.gapEnd = l.r.clock.after(l.r.cfg.redeliveryWait, func() {
-		var fx effects
+	l.closeRoomGap()
+	l.roomGap = id
+	l.roomGapEnd = l.r.clock.after(l.r.cfg.redeliveryWait, func() {
+		// Not update: the lane may have a turn in the pool, and next
+		// would submit a second one.
 		l.sh.mu.Lock()
-		if l.gap == id {
-			l.gap, l.gapEnd = "", nil
+		if l.roomGap == id {
+			l.roomGap, l.roomGapEnd = "", nil
 			l.release()
 		}
 		l.sh.mu.Unlock()
-		l.r.apply(l, &fx)
 	})
 }
 
-// closeGap ends the lane's gap, if it has one. The shard's mutex must be
+// closeRoomGap ends the lane's room gap, if it has one. The shard's mutex must be
 // held.
-func (l *lane) closeGap() {
-	if l.gap == "" {
+func (l *lane) closeRoomGap() {
+	if l.roomGap == "" {
 		return
 	}
-	l.r.clock.stop(l.gapEnd)
-	l.gap, l.gapEnd = "", nil
+	l.r.clock.stop(l.roomGapEnd)
+	l.roomGap, l.roomGapEnd = "", nil
 }

@@ -105,13 +105,13 @@ func (p *parking) divert(l *lane) bool {
 // err, goes back to the head of its lane, and the lane's next flight parks
 // the key. The shard's mutex must be held.
 func (p *parking) park(l *lane, j *job, err error) {
-	l.pk.failed = &parkCause{id: j.d.ID, err: err.Error(), attempt: j.d.Attempt}
-	if t := l.trouble; t != nil {
-		l.r.clock.stop(t.lapse)
-		l.trouble = nil
-	}
-	l.r.tries.succeed(j.d.ID) // a release gives it its attempts afresh
+	l.pk.failed = causeOf(j, err)
 	l.queue.PushFront(j)
+}
+
+// causeOf is the park cause of j, which failed for good with err.
+func causeOf(j *job, err error) *parkCause {
+	return &parkCause{id: j.d.ID, err: err.Error(), attempt: j.d.Attempt}
 }
 
 // A flight moves a lane's deliveries to the parking topic: the copies are
@@ -259,34 +259,27 @@ func truncateUTF8(s string, n int) string {
 // here, so that nothing is lost or overtaken. At shutdown they are nacked.
 func (fl *flight) land(parked bool, err error) {
 	l, r := fl.l, fl.p.r
-	now := time.Now()
-	var fx effects
-	l.sh.mu.Lock()
-	pk := &l.pk
-	pk.flight = false
-	switch {
-	case parked:
-		pk.failed, pk.tries = nil, 0
-		for _, j := range fl.jobs {
-			fx.add(j, outParked)
+	l.update(func(now time.Time, fx *effects) {
+		pk := &l.pk
+		pk.flight = false
+		switch {
+		case parked:
+			pk.failed, pk.tries = nil, 0
+			r.parked(fx, fl.jobs...)
+		case r.stopped():
+			for _, j := range fl.jobs {
+				fx.add(j, outShutdown)
+			}
+		default:
+			for i := len(fl.jobs) - 1; i >= 0; i-- {
+				l.queue.PushFront(fl.jobs[i])
+			}
+			if err != nil {
+				pk.tries++
+				l.wait(r.backoff(pk.tries), now)
+			}
 		}
-		r.s.counts.parked.Add(int64(len(fl.jobs)))
-	case r.stopped():
-		for _, j := range fl.jobs {
-			fx.add(j, outShutdown)
-		}
-	default:
-		for i := len(fl.jobs) - 1; i >= 0; i-- {
-			l.queue.PushFront(fl.jobs[i])
-		}
-		if err != nil {
-			pk.tries++
-			l.wait(r.backoff(pk.tries), now)
-		}
-	}
-	l.next(&fx)
-	l.sh.mu.Unlock()
-	r.apply(l, &fx)
+	})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		r.obs.log.Warn("keyorder/subscriber: could not park messages; will try again", "key", l.key, "error", err)
 	}
@@ -294,12 +287,16 @@ func (fl *flight) land(parked bool, err error) {
 
 // unfence moves the lane on once the barrier it waited for has passed.
 func (l *lane) unfence() {
-	var fx effects
-	l.sh.mu.Lock()
-	l.pk.waiting = false
-	l.next(&fx)
-	l.sh.mu.Unlock()
-	l.r.apply(l, &fx)
+	l.update(func(time.Time, *effects) { l.pk.waiting = false })
+}
+
+// parked settles jobs, moved to the parking topic, as parked: acked, and
+// counted in Stats.Parked. Every door that parks calls it.
+func (r *receiver) parked(fx *effects, jobs ...*job) {
+	for _, j := range jobs {
+		fx.add(j, outParked)
+	}
+	r.s.counts.parked.Add(int64(len(jobs)))
 }
 
 // told tells the WithKeyEvents callback, and the log, that key was parked

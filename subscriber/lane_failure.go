@@ -12,75 +12,72 @@ import "time"
 // is nacked. Each later delivery of a message that failed for good gets
 // one call, after the backoff its failures have reached.
 
-// failed handles a failed handler call of j, which the call path judged
-// in v: to be retried after v.delay, or failed for good. The shard's
-// mutex must be held.
-func (l *lane) failed(j *job, v decision, now time.Time, fx *effects) {
-	r := l.r
-	id, err := j.d.ID, v.err
+// note records v, the call path's verdict on j, in the key's trouble: the
+// held-key record that HeldKeys and Stats.Held read, whatever the door
+// (the pull path's settle, and push's, lane_push.go). A failure starts or
+// updates it; a failure for good that holds the key marks it held and
+// tells KeyHeld once; the message's success, or the service giving up on
+// it, ends it. The shard's mutex must be held.
+func (l *lane) note(j *job, v verdict, now time.Time, fx *effects) {
 	t := l.trouble
-	if t == nil || t.id != id {
-		t = &trouble{id: id, since: now}
+	switch {
+	case v.kind == ran:
+		if t != nil && t.id == j.d.ID {
+			l.endTrouble(fx, ReasonSucceeded, now)
+		}
+		return
+	case v.kind == copied || v.kind == stopped:
+		return
+	case t == nil || t.id != j.d.ID:
+		t = &trouble{id: j.d.ID, since: now}
 		l.trouble = t
 	}
-	t.attempt, t.err = j.d.Attempt, err
-	forGood := v.kind == failedForGood
-
-	if j.redelivered {
-		// The service sent the message again while this call ran, so
-		// this delivery is stale (its lease ran out, or it was part of a
-		// redelivered tail). The newest delivery gets a call of its own
-		// rather than being nacked unrun: nacking it could make the
-		// service dead-letter a message this client never tried again.
-		for _, m := range j.stale {
-			m.Nack()
+	t.attempt, t.err, t.retryAt = j.d.Attempt, v.err, time.Time{}
+	switch v.kind {
+	case retrying:
+		t.retryAt = now.Add(v.delay)
+	case parkKey:
+		l.endTrouble(nil, "", now) // parking tells of the park (KeyParked)
+	case forsaken:
+		if v.deadLettered && l.key != "" && l.r.s.ordered {
+			// The service forwards the message instead of sending it
+			// back, and goes on with the key.
+			l.endTrouble(fx, ReasonDeadLettered, now)
+		} else {
+			l.trouble = nil // nothing to keep in order behind it (S8)
 		}
-		j.stale, j.redelivered = nil, false
-		forGood = false
+	case holdKey:
+		t.held = true
+		t.lapse = l.r.clock.after(l.r.cfg.redeliveryWait, func() { l.lapsed(t) })
+		if !t.reported {
+			t.reported = true
+			fx.events = append(fx.events, KeyEvent{Kind: KeyHeld, HeldKey: l.heldKey(), At: now})
+		}
 	}
-	if !forGood {
-		r.s.counts.retried.Add(1)
-		l.queue.PushFront(j)
-		l.wait(v.delay, now)
-		return
-	}
+}
 
-	j.err = err // for the log of its failure
-	r.failedForGood(j)
-	if r.park != nil && l.key != "" {
-		r.park.park(l, j, err) // park.go: the key parks instead of being held
-		return
-	}
+// retryLater puts j, whose call failed, back at the head of the lane for
+// its next call after d, the key waiting without a worker (S5). If the
+// service sent the message again while the call ran, the older
+// deliveries are nacked: the newest gets the call. The shard's mutex must
+// be held.
+func (l *lane) retryLater(j *job, d time.Duration, now time.Time) {
+	j.dropStale()
+	l.queue.PushFront(j)
+	l.wait(d, now)
+}
+
+// hold is the failure policy of an ordered key without parking: the
+// failed message is nacked first, then its tail, so that the service
+// sends them back in order, and the key is held until the message comes
+// back (note marked it held). The shard's mutex must be held.
+func (l *lane) hold(j *job, fx *effects) {
 	fx.add(j, outFailed)
-	deadLettered := r.deadLettered(j)
-	if deadLettered {
-		r.s.counts.deadLettered.Add(1)
-	}
-	if l.key == "" || !r.s.ordered {
-		// Nothing to keep in order behind it (S8).
-		l.trouble = nil
-		return
-	}
-	if deadLettered {
-		// The service forwards the message instead of sending it back,
-		// and goes on with the key: waiting for it would hold the key
-		// for ever, and the tail may run.
-		l.endTrouble(fx, ReasonDeadLettered, now)
-		return
-	}
-	// S5: the failed message first, then its tail, so that the service
-	// sends them back in order.
 	l.nackTail(fx)
 	// A room gap (S10) waits for a later message: the failed one now comes
 	// back first, with everything after it, and the gap would nack the
 	// messages between the two and let the later one run before them.
-	l.closeGap()
-	t.held, t.retryAt = true, time.Time{}
-	t.lapse = r.clock.after(r.cfg.redeliveryWait, func() { l.lapsed(t) })
-	if !t.reported {
-		t.reported = true
-		fx.events = append(fx.events, KeyEvent{Kind: KeyHeld, HeldKey: l.heldKey(), At: now})
-	}
+	l.closeRoomGap()
 }
 
 // nackTail nacks the key's queued deliveries unrun, except those on their
@@ -107,13 +104,13 @@ func (l *lane) back(j *job) {
 }
 
 // endTrouble ends the lane's trouble, telling the user if a hold was
-// reported. The shard's mutex must be held.
+// reported, unless fx is nil. The shard's mutex must be held.
 func (l *lane) endTrouble(fx *effects, reason string, now time.Time) {
 	t := l.trouble
 	if l.r.clock.stop(t.lapse) {
 		t.lapse = nil
 	}
-	if t.reported {
+	if t.reported && fx != nil {
 		fx.events = append(fx.events, KeyEvent{Kind: KeyReleased, HeldKey: l.heldKey(), Reason: reason, At: now})
 	}
 	l.trouble = nil
@@ -123,15 +120,12 @@ func (l *lane) endTrouble(fx *effects, reason string, now time.Time) {
 // back within WithRedeliveryWait, so the service must have sent it to
 // another client, and the key goes on here.
 func (l *lane) lapsed(t *trouble) {
-	var fx effects
-	l.sh.mu.Lock()
-	if l.trouble == t && t.held {
-		t.lapse = nil
-		l.endTrouble(&fx, ReasonLapsed, time.Now())
-		l.next(&fx)
-	}
-	l.sh.mu.Unlock()
-	l.r.apply(l, &fx)
+	l.update(func(now time.Time, fx *effects) {
+		if l.trouble == t && t.held {
+			t.lapse = nil
+			l.endTrouble(fx, ReasonLapsed, now)
+		}
+	})
 }
 
 // deadLettered reports whether the service will forward j's message to

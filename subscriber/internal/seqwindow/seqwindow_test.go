@@ -1,0 +1,321 @@
+package seqwindow
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/keyorder/keyorder/ordering"
+)
+
+func stamp(seq uint64) ordering.Stamp { return ordering.Stamp{Producer: "p", Seq: seq} }
+
+// gap returns the gap res reports, zero for none.
+func gap(res Result) [2]uint64 { return [2]uint64{res.GapFrom, res.GapTo} }
+
+// TestCheck walks one (key, producer) sequence through the cases the
+// package doc names, step by step.
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	type step struct {
+		seq      uint64
+		redriven bool // republished from a dead-letter topic
+		done     bool // processed after the check
+		copied   bool
+		gap      [2]uint64 // From, To; zero for none
+		comment  string
+	}
+	steps := []step{
+		{seq: 5, done: true, comment: "the first stamp starts the sequence: nothing missing before it"},
+		{seq: 6, done: true},
+		{seq: 6, copied: true, comment: "a copy stored twice"},
+		{seq: 4, copied: true, comment: "an older copy"},
+		{seq: 9, gap: [2]uint64{7, 8}, comment: "7 and 8 never came"},
+		{seq: 9, done: true, comment: "9 retried in place: the gap is not reported again"},
+		{seq: 10, comment: "10 fails for good and goes to the dead-letter topic"},
+		{seq: 11, gap: [2]uint64{10, 10}, done: true, comment: "10 was never processed here"},
+		{seq: 12, done: true},
+		{seq: 11, copied: true},
+		{seq: 10, redriven: true, done: true, comment: "10 is redriven: it was reported missing, so it runs"},
+		{seq: 10, redriven: true, copied: true, comment: "redriven twice: processed now, so a copy"},
+		{seq: 8, done: true, comment: "8 comes late: it was reported missing, so it runs"},
+		{seq: 7, comment: "7 comes late and fails"},
+		{seq: 7, done: true, comment: "and runs on its retry: still owed"},
+		{seq: 7, copied: true, comment: "then it is a copy"},
+		{seq: 8, copied: true},
+		{seq: 3, redriven: true, done: true, comment: "below the sequence's start, redriven: runs"},
+		{seq: 3, redriven: true, copied: true, comment: "once"},
+		{seq: 2, copied: true, comment: "below the start and not redriven: a copy of a message processed before"},
+	}
+	w := New(10)
+	for i, st := range steps {
+		res := w.Check("k", stamp(st.seq), st.redriven)
+		assert.Equal(t, st.copied, res.Copy, "step %d (seq %d): %s", i, st.seq, st.comment)
+		assert.Equal(t, st.gap, gap(res), "step %d (seq %d): %s", i, st.seq, st.comment)
+		assert.False(t, res.Uncertain, "step %d: no bound reached", i)
+		if st.done {
+			w.Done("k", stamp(st.seq))
+		}
+	}
+}
+
+// TestEpochs walks a sequence across the epochs of a producer that counts
+// the key afresh: a higher epoch starts a new run from 1, a lower one is a
+// copy, and a gap is reported within an epoch only.
+func TestEpochs(t *testing.T) {
+	t.Parallel()
+	seq := ordering.MakeSeq
+	steps := []struct {
+		seq     uint64
+		copied  bool
+		gap     [2]uint64
+		comment string
+	}{
+		{seq: seq(3, 1), comment: "the first stamp starts the sequence"},
+		{seq: seq(3, 2)},
+		{seq: seq(3, 3)},
+		{seq: seq(7, 1), comment: "a new epoch: the end of epoch 3 is not a gap"},
+		{seq: seq(7, 2)},
+		{seq: seq(3, 4), copied: true, comment: "a lower epoch is older: a copy"},
+		{seq: seq(7, 2), copied: true},
+		{seq: seq(7, 5), gap: [2]uint64{seq(7, 3), seq(7, 4)}, comment: "a gap within the epoch"},
+		{seq: seq(9, 3), gap: [2]uint64{seq(9, 1), seq(9, 2)}, comment: "a new epoch starts at 1"},
+		{seq: seq(9, 4)},
+		{seq: seq(10, 0), comment: "number 0 of an epoch: not a gap"},
+		{seq: seq(10, 1)},
+	}
+	w := New(10)
+	for i, st := range steps {
+		res := w.Check("k", stamp(st.seq), false)
+		assert.Equal(t, st.copied, res.Copy, "step %d: %s", i, st.comment)
+		assert.Equal(t, st.gap, gap(res), "step %d: %s", i, st.comment)
+		if !res.Copy {
+			w.Done("k", stamp(st.seq))
+		}
+	}
+}
+
+// TestPerProducerAndKey checks that sequences of different producers of
+// one key, and of different keys, do not mix.
+func TestPerProducerAndKey(t *testing.T) {
+	t.Parallel()
+	w := New(10)
+	for _, id := range []pair{{"k", "a"}, {"k", "b"}, {"j", "a"}} {
+		for seq := uint64(1); seq <= 3; seq++ {
+			st := ordering.Stamp{Producer: id.producer, Seq: seq}
+			res := w.Check(id.key, st, false)
+			require.Equal(t, Result{}, res, "%v %d", id, seq)
+			w.Done(id.key, st)
+		}
+	}
+	assert.Equal(t, 3, w.Len())
+}
+
+// TestUndo checks that a number whose ack failed runs again once, whether
+// or not later numbers were processed since, and that undoing a number
+// never processed changes nothing.
+func TestUndo(t *testing.T) {
+	t.Parallel()
+	w := New(10)
+	run := func(seq uint64) (copied bool) {
+		res := w.Check("k", stamp(seq), false)
+		require.Zero(t, gap(res), "seq %d", seq)
+		if !res.Copy {
+			w.Done("k", stamp(seq))
+		}
+		return res.Copy
+	}
+	undo := func(seq uint64) { w.Undo("k", stamp(seq)) }
+	for seq := uint64(1); seq <= 3; seq++ {
+		require.False(t, run(seq))
+	}
+	undo(3)
+	assert.False(t, run(3), "3 runs again")
+	assert.True(t, run(3), "once")
+	undo(2)
+	assert.False(t, run(2), "2 runs again")
+	assert.True(t, run(2), "once")
+	undo(9) // never processed
+	assert.False(t, run(4))
+	assert.True(t, run(3), "3 is still processed")
+	undo(1)
+	undo(1)
+	assert.False(t, run(1), "1 runs again")
+	assert.True(t, run(1), "an ack failing twice before the message came back runs it once")
+	require.False(t, run(5))
+	res := w.Check("k", stamp(6), false)
+	require.False(t, res.Copy)
+	undo(5)
+	w.Done("k", stamp(6))
+	assert.False(t, run(5), "5 runs again after 6")
+	assert.True(t, run(5), "once")
+}
+
+// TestCopyRuns checks that copies come in runs, the first of each marked.
+func TestCopyRuns(t *testing.T) {
+	t.Parallel()
+	w := New(10)
+	var firsts []bool
+	for _, seq := range []uint64{1, 2, 3, 1, 2, 3, 4, 2, 3, 5} {
+		res := w.Check("k", stamp(seq), false)
+		if res.Copy {
+			firsts = append(firsts, res.FirstCopy)
+		} else {
+			w.Done("k", stamp(seq))
+		}
+	}
+	assert.Equal(t, []bool{true, false, false, true, false}, firsts, "two runs: 1..3 again, and 2..3")
+}
+
+// owedEveryOther processes 1, 3, 5, ..., 2*runs+1, so that 2, 4, ...,
+// 2*runs are owed, each a run of its own.
+func owedEveryOther(t *testing.T, w *Window, runs uint64) {
+	for i := uint64(0); i <= runs; i++ {
+		res := w.Check("k", stamp(2*i+1), false)
+		require.False(t, res.Copy)
+		if i > 0 {
+			require.Equal(t, [2]uint64{2 * i, 2 * i}, gap(res))
+		}
+		w.Done("k", stamp(2*i+1))
+	}
+}
+
+// TestOwedBound checks the bound of owed runs at its edge and one past it:
+// at MaxRuns every owed number runs and nothing processed does; one past,
+// every owed number still runs, and what the merge forgot runs again,
+// marked uncertain. No owed number is ever taken for a copy.
+func TestOwedBound(t *testing.T) {
+	t.Parallel()
+	for _, runs := range []uint64{MaxRuns, MaxRuns + 1, 3 * MaxRuns} {
+		t.Run(fmt.Sprint(runs), func(t *testing.T) {
+			t.Parallel()
+			w := New(10)
+			owedEveryOther(t, w, runs)
+			for i := uint64(1); i <= runs; i++ {
+				res := w.Check("k", stamp(2*i), false)
+				require.False(t, res.Copy, "%d is owed: it must run", 2*i)
+				w.Done("k", stamp(2*i))
+			}
+			var again, unsure int
+			for i := uint64(0); i <= runs; i++ {
+				res := w.Check("k", stamp(2*i+1), false)
+				if !res.Copy {
+					again++
+					if res.Uncertain {
+						unsure++
+					}
+					w.Done("k", stamp(2*i+1))
+				}
+			}
+			if runs <= MaxRuns {
+				assert.Zero(t, again, "within the bound, processed numbers are copies")
+			} else {
+				assert.Positive(t, again, "past the bound, some processed numbers run again")
+				assert.Equal(t, again, unsure, "every one of them is marked uncertain")
+			}
+		})
+	}
+}
+
+// TestPayingInsideAFullGap is the middle of a gap paid while MaxRuns runs
+// are owed: the split must not drop the oldest run, whose number would
+// then be acked unrun.
+func TestPayingInsideAFullGap(t *testing.T) {
+	t.Parallel()
+	w := New(10)
+	// 64 runs owed: a wide one first (2..10), then 12, 14, ...
+	require.False(t, w.Check("k", stamp(1), false).Copy)
+	w.Done("k", stamp(1))
+	require.Equal(t, [2]uint64{2, 10}, gap(w.Check("k", stamp(11), false)))
+	w.Done("k", stamp(11))
+	for i := uint64(1); i < MaxRuns; i++ {
+		n := 11 + 2*i
+		require.Equal(t, [2]uint64{n - 1, n - 1}, gap(w.Check("k", stamp(n), false)))
+		w.Done("k", stamp(n))
+	}
+	// 6 comes late, from the middle of the oldest run.
+	require.False(t, w.Check("k", stamp(6), false).Copy)
+	w.Done("k", stamp(6))
+	for _, n := range []uint64{2, 3, 4, 5, 7, 8, 9, 10, 12, 10 + 2*MaxRuns} {
+		assert.False(t, w.Check("k", stamp(n), false).Copy, "%d is still owed", n)
+	}
+}
+
+// TestRedrivenBound checks the redriven numbers below a sequence's start:
+// a batch of MaxRuns and of more than MaxRuns, redriven twice, runs once,
+// and a batch of MaxRuns+1 separate runs forgets only its oldest, which
+// then runs again, marked uncertain.
+func TestRedrivenBound(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		nums  []uint64
+		again int
+	}{
+		{"contiguous-64", seqs(1, 1, MaxRuns), 0},
+		{"contiguous-200", seqs(1, 1, 200), 0},
+		{"separate-64", seqs(1, 2, MaxRuns), 0},
+		{"separate-65", seqs(1, 2, MaxRuns+1), 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			w := New(10)
+			start := uint64(1000)
+			require.False(t, w.Check("k", stamp(start), false).Copy)
+			w.Done("k", stamp(start))
+			for _, n := range tc.nums {
+				require.False(t, w.Check("k", stamp(n), true).Copy, "%d redriven: runs", n)
+				w.Done("k", stamp(n))
+			}
+			again := 0
+			for _, n := range tc.nums {
+				if res := w.Check("k", stamp(n), true); !res.Copy {
+					again++
+					assert.True(t, res.Uncertain, "%d ran again: marked uncertain", n)
+					w.Done("k", stamp(n))
+				}
+			}
+			assert.Equal(t, tc.again, again, "redriven a second time")
+		})
+	}
+}
+
+// seqs returns count numbers from first, step apart.
+func seqs(first, step uint64, count int) []uint64 {
+	out := make([]uint64, count)
+	for i := range out {
+		out[i] = first + uint64(i)*step
+	}
+	return out
+}
+
+// TestPairBound checks the window's size at its edge and one past: the
+// least recently active pair is forgotten, and once one has been, a
+// number below the start of a new pair runs, marked uncertain, rather
+// than being taken for a copy.
+func TestPairBound(t *testing.T) {
+	t.Parallel()
+	const size = 100
+	w := New(size)
+	process := func(key string, seq uint64) Result {
+		res := w.Check(key, stamp(seq), false)
+		if !res.Copy {
+			w.Done(key, stamp(seq))
+		}
+		return res
+	}
+	for i := 0; i < size; i++ {
+		process(fmt.Sprint("k", i), 5)
+	}
+	assert.True(t, process("k0", 4).Copy, "at the edge nothing is forgotten: below the start is a copy")
+	process("k-extra", 5) // one past: k1, the least recently active, goes
+	assert.Equal(t, size, w.Len())
+	assert.True(t, process("k0", 5).Copy, "a recently active pair is remembered")
+	res := process("k1", 5)
+	assert.False(t, res.Copy, "a forgotten pair starts over")
+	res = process("k1", 4)
+	assert.False(t, res.Copy, "below a new pair's start, once the window forgot one: runs")
+	assert.True(t, res.Uncertain)
+}

@@ -1,0 +1,53 @@
+package subscriber
+
+import "time"
+
+// accept decides what becomes of j, a new delivery on l: queued, joined to
+// a delivery of the same message already here, or nacked unrun. The
+// shard's mutex must be held.
+func (l *lane) accept(j *job, now time.Time) outcome {
+	r := l.r
+	if r.stopped() {
+		return outShutdown // S7
+	}
+	id := j.d.ID
+	if l.running != nil && l.running.d.ID == id {
+		l.running.join(j.msg, true)
+		return outJoined
+	}
+	for i := 0; i < l.queue.Len(); i++ {
+		if q := l.queue.At(i); q.d.ID == id {
+			q.join(j.msg, false)
+			return outJoined
+		}
+	}
+	if r.park != nil && l.key != "" {
+		r.park.accept(l) // park_lane.go: the barrier
+	}
+	if prior := r.tries.prior(id); prior.failures >= r.cfg.maxAttempts {
+		// It failed for good on an earlier delivery: one call per
+		// delivery, after its backoff.
+		j.notBefore = now.Add(r.backoff(prior.failures))
+	}
+	if t := l.trouble; t != nil && t.held {
+		switch {
+		case id == t.id:
+			l.back(j)
+			r.take(j)
+			return outQueued
+		case r.deadLettered(j):
+			// Kept rather than nacked into the dead-letter topic unrun;
+			// it runs after the failed message (see nackTail).
+		default:
+			return outHeld // S5: an earlier message of the key has not succeeded yet
+		}
+	} else if l.roomGap != "" && id != l.roomGap {
+		return outRoom // S10: an earlier message of the key was sent back
+	} else if l.closeRoomGap(); !r.room.admit(l, j, now) {
+		l.openRoomGap(id)
+		return outRoom // S10
+	}
+	l.queue.Push(j)
+	r.take(j)
+	return outQueued
+}
