@@ -1,6 +1,7 @@
 package subscriber
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"runtime/debug"
@@ -117,7 +118,7 @@ func (r *receiver) call(j *job, d door) {
 }
 
 // invokeHandler calls h once, turning a panic into a *PanicError.
-func invokeHandler(h Handler, ctx handlerContext, d *Delivery) (err error) {
+func invokeHandler(h Handler, ctx context.Context, d *Delivery) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = &PanicError{Value: v, Stack: debug.Stack()}

@@ -136,6 +136,19 @@ type releases struct {
 	closed bool            // the Receive is stopping: no new release
 	keys   map[string]bool // the keys being released here
 	wg     sync.WaitGroup
+	// kick gets a signal when a release ends, for the watch of release
+	// requests; made on first use, under mu.
+	kick chan struct{}
+}
+
+// ended returns the channel that gets a signal when a release ends.
+func (rs *releases) ended() <-chan struct{} {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.kick == nil {
+		rs.kick = make(chan struct{}, 1)
+	}
+	return rs.kick
 }
 
 func (rs *releases) enter(key string) error {
@@ -158,7 +171,14 @@ func (rs *releases) enter(key string) error {
 func (rs *releases) exit(key string) {
 	rs.mu.Lock()
 	delete(rs.keys, key)
+	kick := rs.kick
 	rs.mu.Unlock()
+	if kick != nil {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
 	rs.wg.Done()
 }
 
@@ -399,6 +419,7 @@ func (rr *releaseRun) runOne(ctx context.Context, id string, m *pubsub.Message) 
 		case v.kind == stopped:
 			return ErrNotReceiving // no retries once shutting down (S7); the key stays parked
 		case v.kind.forGood():
+			rr.p.told(KeyParked, rr.key, causeOf(j, v.err), time.Now(), "") // it stays parked, with this message first
 			return fmt.Errorf("%w: %q at message %s: %w", ErrParkedAgain, rr.key, id, v.err)
 		default:
 			if err := rr.wait(ctx, v.delay); err != nil {

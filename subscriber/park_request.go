@@ -181,11 +181,13 @@ func (p *parking) startRequests() {
 }
 
 // serveRequests carries out the release requests the control log holds
-// until the Receive stops: it looks at them whenever the log moves, a run
-// here ends, or a claim it waits for may have lapsed.
+// until the Receive stops: it looks at them whenever the log moves, a
+// release here ends (a run of its own, or a Release, which may leave a
+// request it kept from being claimed), or a claim it waits for may have
+// lapsed.
 func (p *parking) serveRequests() {
 	defer p.rel.wg.Done()
-	rt := &requestRuns{kick: make(chan struct{}, 1)}
+	rt := &requestRuns{}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -201,7 +203,7 @@ func (p *parking) serveRequests() {
 		case <-p.r.stopping:
 			return
 		case <-changed:
-		case <-rt.kick:
+		case <-p.rel.ended():
 		case <-timer.C:
 		}
 	}
@@ -245,23 +247,31 @@ func (p *parking) claimRequests(rt *requestRuns) (next time.Time, ok bool) {
 
 // carryOut runs the release pr asks for, entered in p.rel, and records
 // its end in rt.
+//
+// The release runs user code, the handler and the WithKeyEvents callback,
+// so what it leaves is cleaned up in a deferred call: a callback that
+// exits the goroutine leaves the key unmarked, the wait group released
+// and the watch woken, the run counting as one to try again.
 func (p *parking) carryOut(pr controllog.PendingRelease, rt *requestRuns) {
-	err := p.sync(p.ops)
+	err := errHandlerExitedRelease
+	defer func() {
+		retry := err != nil && !errors.Is(err, ErrParkedAgain) && !errors.Is(err, ErrNotParked) && !errors.Is(err, ErrNotReceiving)
+		rt.ended(pr.Key, retry, p.r.backoff)
+		p.rel.exit(pr.Key) // wakes the watch
+		if err != nil && !errors.Is(err, ErrNotReceiving) && !errors.Is(err, ErrNotParked) && !errors.Is(err, ErrReleasing) {
+			// ErrReleasing: another Receive won the claim, or took over.
+			p.r.obs.releaseRequestFailed(pr.Key, pr.Requester, err, retry)
+		}
+	}()
+	err = p.sync(p.ops)
 	if err == nil && pendingOn(p.log, pr.Key, pr.ParkID) != nil {
 		err = p.claimAndRun(p.ops, pr.Key)
 	}
-	retry := err != nil && !errors.Is(err, ErrParkedAgain) && !errors.Is(err, ErrNotParked) && !errors.Is(err, ErrNotReceiving)
-	rt.ended(pr.Key, retry, p.r.backoff)
-	p.rel.exit(pr.Key)
-	select {
-	case rt.kick <- struct{}{}:
-	default:
-	}
-	if err != nil && !errors.Is(err, ErrNotReceiving) && !errors.Is(err, ErrNotParked) && !errors.Is(err, ErrReleasing) {
-		// ErrReleasing: another Receive won the claim, or took over.
-		p.r.obs.releaseRequestFailed(pr.Key, pr.Requester, err, retry)
-	}
 }
+
+// errHandlerExitedRelease is what a release run ends with when a callback
+// it ran exited its goroutine.
+var errHandlerExitedRelease = fmt.Errorf("keyorder/subscriber: a callback exited the release's goroutine: %w", ErrHandlerExited)
 
 // requestRuns keeps, for the requests whose runs here ended without an
 // outcome (an error reading the parking topic, a claim refused), when this
@@ -271,7 +281,6 @@ type requestRuns struct {
 	mu       sync.Mutex
 	failures map[string]int       // by key; guarded by mu
 	retryAt  map[string]time.Time // by key; guarded by mu
-	kick     chan struct{}        // a run ended: look again
 }
 
 // after returns when key may be tried again, zero if at any time.

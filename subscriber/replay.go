@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -244,24 +243,22 @@ func (rp *replay) admits(m *pubsub.Message) bool {
 }
 
 // handle is the Handler Replay's Receive runs: h, until h fails once.
+//
+// It calls h as the call path does (invokeHandler), so that a panic is
+// converted once, into the *PanicError the path would make; an exit of
+// the goroutine is recorded as ErrHandlerExited on the way out.
 func (rp *replay) handle(ctx context.Context, d *Delivery) (err error) {
 	if rp.stopped.Load() {
 		return errReplayStopped
 	}
-	returned := false
+	err = ErrHandlerExited
 	defer func() {
-		if v := recover(); v != nil {
-			err = &PanicError{Value: v, Stack: debug.Stack()}
-		} else if !returned {
-			err = ErrHandlerExited
-		}
 		if err != nil {
 			rp.fail(d, err)
 		}
 		rp.rule.active(time.Now()) // the ack may let the service send more of the key
 	}()
-	err = rp.h(ctx, d)
-	returned = true
+	err = invokeHandler(rp.h, ctx, d)
 	return err
 }
 

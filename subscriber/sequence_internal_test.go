@@ -121,4 +121,3 @@ func TestGapString(t *testing.T) {
 	assert.Equal(t, "key k, producer p: 0.2 missing before 0.3 (message m)",
 		Gap{Key: "k", Producer: "p", From: 2, To: 2, Seq: 3, MessageID: "m"}.String())
 }
-
