@@ -144,7 +144,7 @@ func (c *confirmer) run() {
 				// nothing: its handler did not run here.
 				c.r.seen.w.Delete(p.id)
 				if p.stamp.Seq != 0 {
-					c.r.seqs.Undo(p.key, p.stamp)
+					c.r.seqs.Undo(p.key, p.stamp, p.id)
 				}
 			}
 			c.r.s.counts.ackFailed.Add(1)

@@ -123,7 +123,7 @@ func (r *receiver) checkSequence(j *job) (bool, *Gap) {
 		return false, nil
 	}
 	d := &j.d
-	res := r.seqs.Check(d.Key, ordering.Stamp{Producer: d.Producer, Seq: d.Seq}, j.redriven)
+	res := r.seqs.Check(d.Key, ordering.Stamp{Producer: d.Producer, Seq: d.Seq}, d.ID, j.redriven)
 	ctx := handlerContext{Context: j.ctx, life: r.handlerCtx}
 	if res.Copy && r.cfg.dedupWindow > 0 {
 		r.s.counts.duplicates.Add(1)

@@ -80,7 +80,7 @@ func BenchmarkSequenceCheck(b *testing.B) {
 		i := 0
 		for b.Loop() {
 			st := ordering.Stamp{Producer: "producer-7", Seq: uint64(i/keys + 1)}
-			if !s.Check(names[i%keys], st, false).Copy {
+			if !s.Check(names[i%keys], st, "", false).Copy {
 				s.Done(names[i%keys], st)
 			}
 			i++

@@ -101,24 +101,30 @@ type entry struct {
 }
 
 // run is the numbers first to last; unsure when it holds numbers that
-// were processed, merged in at a bound.
+// were processed, merged in at a bound. id, when set, is the one message
+// the run's single number is owed to: the number processed whose ack
+// failed, which the service delivers again under its own ID. A copy
+// under another ID is still a copy.
 type run struct {
 	first, last uint64
 	unsure      bool
+	id          string
 }
 
 func (r run) holds(n uint64) bool { return r.first <= n && n <= r.last }
 
 // Check looks at the number st.Seq of key's producer st.Producer, about
-// to be processed; redriven says the message came back from a dead-letter
-// topic. A gap it reports is owed from then on.
-func (w *Window) Check(key string, st ordering.Stamp, redriven bool) Result {
+// to be processed as the message id; redriven says the message came back
+// from a dead-letter topic. A gap it reports is owed from then on.
+func (w *Window) Check(key string, st ordering.Stamp, id string, redriven bool) Result {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	e := w.touch(pair{key, st.Producer}, st.Seq)
 	n := st.Seq
 	var res Result
 	switch owed := find(e.owed, n); {
+	case owed >= 0 && e.owed[owed].id != "" && e.owed[owed].id != id:
+		return e.copied() // owed to the message itself, not to a copy of it
 	case owed >= 0:
 		res.Uncertain = e.owed[owed].unsure
 	case n < e.from && (redriven || e.unsure):
@@ -170,11 +176,13 @@ func (w *Window) Done(key string, st ordering.Stamp) {
 	e.edge = max(e.edge, e.done)
 }
 
-// Undo records that st.Seq, processed, was not acked after all (its ack
-// failed on an exactly-once subscription), so that it runs again when the
-// service delivers it again. A pair forgotten since needs nothing: a
-// number below a new pair's start runs once the window has forgotten one.
-func (w *Window) Undo(key string, st ordering.Stamp) {
+// Undo records that st.Seq, processed as the message id, was not acked
+// after all (its ack failed on an exactly-once subscription), so that it
+// runs again when the service delivers that message again; a copy of it
+// under another ID is still a copy. A pair forgotten since needs nothing:
+// a number below a new pair's start runs once the window has forgotten
+// one.
+func (w *Window) Undo(key string, st ordering.Stamp, id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	e := w.m[pair{key, st.Producer}]
@@ -186,7 +194,7 @@ func (w *Window) Undo(key string, st ordering.Stamp) {
 		e.below = cut(e.below, i, n)
 		return
 	}
-	e.owe(run{first: n, last: n})
+	e.owe(run{first: n, last: n, id: id})
 }
 
 // Len returns the number of pairs remembered.
@@ -228,7 +236,7 @@ func mergeClosest(runs []run) []run {
 			best = i
 		}
 	}
-	runs[best-1] = run{first: runs[best-1].first, last: runs[best].last, unsure: true}
+	runs[best-1] = run{first: runs[best-1].first, last: runs[best].last, unsure: true} // owed to any ID
 	return slices.Delete(runs, best, best+1)
 }
 
@@ -245,7 +253,7 @@ func cut(runs []run, i int, n uint64) []run {
 		runs[i].last--
 	default:
 		runs[i].last = n - 1
-		return slices.Insert(runs, i+1, run{first: n + 1, last: r.last, unsure: r.unsure})
+		return slices.Insert(runs, i+1, run{first: n + 1, last: r.last, unsure: r.unsure, id: r.id})
 	}
 	return runs
 }

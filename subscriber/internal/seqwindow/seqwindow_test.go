@@ -12,6 +12,9 @@ import (
 
 func stamp(seq uint64) ordering.Stamp { return ordering.Stamp{Producer: "p", Seq: seq} }
 
+// idOf is the message ID the tests give number seq.
+func idOf(seq uint64) string { return fmt.Sprint("m", seq) }
+
 // gap returns the gap res reports, zero for none.
 func gap(res Result) [2]uint64 { return [2]uint64{res.GapFrom, res.GapTo} }
 
@@ -51,7 +54,7 @@ func TestCheck(t *testing.T) {
 	}
 	w := New(10)
 	for i, st := range steps {
-		res := w.Check("k", stamp(st.seq), st.redriven)
+		res := w.Check("k", stamp(st.seq), idOf(st.seq), st.redriven)
 		assert.Equal(t, st.copied, res.Copy, "step %d (seq %d): %s", i, st.seq, st.comment)
 		assert.Equal(t, st.gap, gap(res), "step %d (seq %d): %s", i, st.seq, st.comment)
 		assert.False(t, res.Uncertain, "step %d: no bound reached", i)
@@ -88,7 +91,7 @@ func TestEpochs(t *testing.T) {
 	}
 	w := New(10)
 	for i, st := range steps {
-		res := w.Check("k", stamp(st.seq), false)
+		res := w.Check("k", stamp(st.seq), idOf(st.seq), false)
 		assert.Equal(t, st.copied, res.Copy, "step %d: %s", i, st.comment)
 		assert.Equal(t, st.gap, gap(res), "step %d: %s", i, st.comment)
 		if !res.Copy {
@@ -105,7 +108,7 @@ func TestPerProducerAndKey(t *testing.T) {
 	for _, id := range []pair{{"k", "a"}, {"k", "b"}, {"j", "a"}} {
 		for seq := uint64(1); seq <= 3; seq++ {
 			st := ordering.Stamp{Producer: id.producer, Seq: seq}
-			res := w.Check(id.key, st, false)
+			res := w.Check(id.key, st, "", false)
 			require.Equal(t, Result{}, res, "%v %d", id, seq)
 			w.Done(id.key, st)
 		}
@@ -120,14 +123,14 @@ func TestUndo(t *testing.T) {
 	t.Parallel()
 	w := New(10)
 	run := func(seq uint64) (copied bool) {
-		res := w.Check("k", stamp(seq), false)
+		res := w.Check("k", stamp(seq), idOf(seq), false)
 		require.Zero(t, gap(res), "seq %d", seq)
 		if !res.Copy {
 			w.Done("k", stamp(seq))
 		}
 		return res.Copy
 	}
-	undo := func(seq uint64) { w.Undo("k", stamp(seq)) }
+	undo := func(seq uint64) { w.Undo("k", stamp(seq), idOf(seq)) }
 	for seq := uint64(1); seq <= 3; seq++ {
 		require.False(t, run(seq))
 	}
@@ -145,7 +148,7 @@ func TestUndo(t *testing.T) {
 	assert.False(t, run(1), "1 runs again")
 	assert.True(t, run(1), "an ack failing twice before the message came back runs it once")
 	require.False(t, run(5))
-	res := w.Check("k", stamp(6), false)
+	res := w.Check("k", stamp(6), idOf(6), false)
 	require.False(t, res.Copy)
 	undo(5)
 	w.Done("k", stamp(6))
@@ -159,7 +162,7 @@ func TestCopyRuns(t *testing.T) {
 	w := New(10)
 	var firsts []bool
 	for _, seq := range []uint64{1, 2, 3, 1, 2, 3, 4, 2, 3, 5} {
-		res := w.Check("k", stamp(seq), false)
+		res := w.Check("k", stamp(seq), idOf(seq), false)
 		if res.Copy {
 			firsts = append(firsts, res.FirstCopy)
 		} else {
@@ -173,7 +176,7 @@ func TestCopyRuns(t *testing.T) {
 // 2*runs are owed, each a run of its own.
 func owedEveryOther(t *testing.T, w *Window, runs uint64) {
 	for i := uint64(0); i <= runs; i++ {
-		res := w.Check("k", stamp(2*i+1), false)
+		res := w.Check("k", stamp(2*i+1), idOf(2*i+1), false)
 		require.False(t, res.Copy)
 		if i > 0 {
 			require.Equal(t, [2]uint64{2 * i, 2 * i}, gap(res))
@@ -194,13 +197,13 @@ func TestOwedBound(t *testing.T) {
 			w := New(10)
 			owedEveryOther(t, w, runs)
 			for i := uint64(1); i <= runs; i++ {
-				res := w.Check("k", stamp(2*i), false)
+				res := w.Check("k", stamp(2*i), idOf(2*i), false)
 				require.False(t, res.Copy, "%d is owed: it must run", 2*i)
 				w.Done("k", stamp(2*i))
 			}
 			var again, unsure int
 			for i := uint64(0); i <= runs; i++ {
-				res := w.Check("k", stamp(2*i+1), false)
+				res := w.Check("k", stamp(2*i+1), idOf(2*i+1), false)
 				if !res.Copy {
 					again++
 					if res.Uncertain {
@@ -226,20 +229,20 @@ func TestPayingInsideAFullGap(t *testing.T) {
 	t.Parallel()
 	w := New(10)
 	// 64 runs owed: a wide one first (2..10), then 12, 14, ...
-	require.False(t, w.Check("k", stamp(1), false).Copy)
+	require.False(t, w.Check("k", stamp(1), idOf(1), false).Copy)
 	w.Done("k", stamp(1))
-	require.Equal(t, [2]uint64{2, 10}, gap(w.Check("k", stamp(11), false)))
+	require.Equal(t, [2]uint64{2, 10}, gap(w.Check("k", stamp(11), idOf(11), false)))
 	w.Done("k", stamp(11))
 	for i := uint64(1); i < MaxRuns; i++ {
 		n := 11 + 2*i
-		require.Equal(t, [2]uint64{n - 1, n - 1}, gap(w.Check("k", stamp(n), false)))
+		require.Equal(t, [2]uint64{n - 1, n - 1}, gap(w.Check("k", stamp(n), idOf(n), false)))
 		w.Done("k", stamp(n))
 	}
 	// 6 comes late, from the middle of the oldest run.
-	require.False(t, w.Check("k", stamp(6), false).Copy)
+	require.False(t, w.Check("k", stamp(6), idOf(6), false).Copy)
 	w.Done("k", stamp(6))
 	for _, n := range []uint64{2, 3, 4, 5, 7, 8, 9, 10, 12, 10 + 2*MaxRuns} {
-		assert.False(t, w.Check("k", stamp(n), false).Copy, "%d is still owed", n)
+		assert.False(t, w.Check("k", stamp(n), idOf(n), false).Copy, "%d is still owed", n)
 	}
 }
 
@@ -263,15 +266,15 @@ func TestRedrivenBound(t *testing.T) {
 			t.Parallel()
 			w := New(10)
 			start := uint64(1000)
-			require.False(t, w.Check("k", stamp(start), false).Copy)
+			require.False(t, w.Check("k", stamp(start), idOf(start), false).Copy)
 			w.Done("k", stamp(start))
 			for _, n := range tc.nums {
-				require.False(t, w.Check("k", stamp(n), true).Copy, "%d redriven: runs", n)
+				require.False(t, w.Check("k", stamp(n), idOf(n), true).Copy, "%d redriven: runs", n)
 				w.Done("k", stamp(n))
 			}
 			again := 0
 			for _, n := range tc.nums {
-				if res := w.Check("k", stamp(n), true); !res.Copy {
+				if res := w.Check("k", stamp(n), idOf(n), true); !res.Copy {
 					again++
 					assert.True(t, res.Uncertain, "%d ran again: marked uncertain", n)
 					w.Done("k", stamp(n))
@@ -300,7 +303,7 @@ func TestPairBound(t *testing.T) {
 	const size = 100
 	w := New(size)
 	process := func(key string, seq uint64) Result {
-		res := w.Check(key, stamp(seq), false)
+		res := w.Check(key, stamp(seq), idOf(seq), false)
 		if !res.Copy {
 			w.Done(key, stamp(seq))
 		}
@@ -318,4 +321,22 @@ func TestPairBound(t *testing.T) {
 	res = process("k1", 4)
 	assert.False(t, res.Copy, "below a new pair's start, once the window forgot one: runs")
 	assert.True(t, res.Uncertain)
+}
+
+// TestUndoIsOwedToItsMessage: a number whose ack failed runs again for
+// its own message only. A copy of it under another ID, which comes while
+// the official client reports a request's every ack failed though the
+// service applied them, stays a copy.
+func TestUndoIsOwedToItsMessage(t *testing.T) {
+	t.Parallel()
+	w := New(10)
+	for seq := uint64(1); seq <= 2; seq++ {
+		require.False(t, w.Check("k", stamp(seq), idOf(seq), false).Copy)
+		w.Done("k", stamp(seq))
+	}
+	w.Undo("k", stamp(1), idOf(1))
+	assert.True(t, w.Check("k", stamp(1), "copy-of-1", false).Copy, "a copy under another ID")
+	assert.False(t, w.Check("k", stamp(1), idOf(1), false).Copy, "the message itself runs again")
+	w.Done("k", stamp(1))
+	assert.True(t, w.Check("k", stamp(1), idOf(1), false).Copy, "once")
 }

@@ -1,0 +1,242 @@
+package subscriber_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/keyorder/keyorder/internal/harness"
+	"github.com/keyorder/keyorder/internal/metrictest"
+	"github.com/keyorder/keyorder/ordering"
+	"github.com/keyorder/keyorder/ordering/orderingtest"
+	"github.com/keyorder/keyorder/subscriber"
+)
+
+// The doors of the one call path, where features meet: each test here is a
+// combination that broke the contract while a door applied part of a
+// verdict by itself.
+
+// TestExactlyOnceCopyAckFails: on an exactly-once subscription, a stamped
+// copy of a processed message (a publish stored twice) is skipped unrun,
+// and its ack is refused. A refused ack of a message that never ran here
+// makes nothing owed: when the service delivers the copy again, it is
+// skipped again, and the handler never sees it.
+func TestExactlyOnceCopyAckFails(t *testing.T) {
+	t.Parallel()
+	srv, client := harness.Fake(t, orderingtest.WithAckDeadline(300*time.Millisecond))
+	topic, subID := names()
+	s, err := subscriber.CreateWithTopic(testContext(t), client, topic, subID, subscriber.WithExactlyOnceDelivery())
+	require.NoError(t, err)
+	st := func(n uint64) ordering.Stamp { return ordering.Stamp{Producer: "p", Seq: n} }
+	refused := srv.FailAcks(orderingtest.Data("k/1-copy"), orderingtest.PermanentAckFailure, 1)
+	for _, err := range publishStamped(t, client, s.Topic(), []stamped{{"k", "k/1", st(1)}, {"k", "k/1-copy", st(1)}, {"k", "k/2", st(2)}}) {
+		require.NoError(t, err)
+	}
+	var mu sync.Mutex
+	var calls []string
+	stop := start(t, s, func(_ context.Context, d *subscriber.Delivery) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls = append(calls, string(d.Data))
+		return nil
+	})
+	copyID := ""
+	for _, m := range srv.Messages(s.Topic()) {
+		if string(m.Data) == "k/1-copy" {
+			copyID = m.ID
+		}
+	}
+	require.NotEmpty(t, copyID)
+	require.NoError(t, srv.WaitFor(testContext(t), func() bool {
+		copies := 0
+		for _, d := range srv.Deliveries(s.Name()) {
+			if d.MessageID == copyID {
+				copies++
+			}
+		}
+		return refused.Hits() == 1 && copies >= 2 && srv.Stats(s.Name()).Outstanding == 0
+	}), "the copy comes back after its refused ack and is settled")
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"k/1", "k/2"}, calls, "the copy never runs")
+	assert.GreaterOrEqual(t, s.Stats().Duplicates, int64(2), "skipped both times")
+}
+
+// TestPushShowsFailures: what pull shows of a failing key, push shows:
+// while a push call runs, Stats counts it running, its key and its age; a
+// message that fails for good holds its key in HeldKeys and Stats.Held,
+// with a KeyHeld event and the key held log, and its failure is logged
+// with the handler's error; its success ends the hold with KeyReleased.
+func TestPushShowsFailures(t *testing.T) {
+	t.Parallel()
+	var logs metrictest.Log
+	events := make(chan subscriber.KeyEvent, 16)
+	running, proceed := make(chan struct{}), make(chan struct{})
+	var fixed atomic.Bool
+	var calls atomic.Int32
+	e := newPushEnv(t, func(_ context.Context, d *subscriber.Delivery) error {
+		if calls.Add(1) == 1 {
+			close(running)
+			<-proceed
+		}
+		if !fixed.Load() {
+			return subscriber.Permanent(errInjected)
+		}
+		return nil
+	}, subscriber.WithLogger(logs.Logger()), subscriber.WithRedeliveryWait(time.Minute),
+		subscriber.WithKeyEvents(func(ev subscriber.KeyEvent) { events <- ev }))
+	e.publish(t, []string{"k"}, 1)
+	select {
+	case <-running:
+	case <-time.After(testTimeout):
+		t.Fatal("the push did not reach the handler")
+	}
+	st := e.sub.Stats()
+	assert.Equal(t, 1, st.Running, "a push call runs")
+	assert.Equal(t, 1, st.Keys)
+	assert.Positive(t, st.OldestAge)
+	close(proceed)
+
+	ev := awaitEvent(t, events, subscriber.KeyHeld)
+	assert.Equal(t, "k", ev.Key)
+	assert.ErrorIs(t, ev.Err, errInjected)
+	held := e.sub.HeldKeys()
+	require.Len(t, held, 1)
+	assert.Equal(t, "k", held[0].Key)
+	assert.True(t, held[0].Held)
+	assert.ErrorIs(t, held[0].Err, errInjected)
+	assert.Len(t, e.sub.Stats().Held, 1)
+	recs := records(t, &logs, e.sub.Name())
+	assert.Equal(t, 1, count(recs, "WARN", "keyorder/subscriber: key held"), "%v", recs)
+	failed := 0
+	for _, r := range recs {
+		if r["msg"] == "keyorder/subscriber: message failed for good" {
+			failed++
+			assert.Contains(t, r["error"], errInjected.Error(), "the failure is logged with its error")
+		}
+	}
+	assert.Positive(t, failed)
+
+	fixed.Store(true)
+	ev = awaitEvent(t, events, subscriber.KeyReleased)
+	assert.Equal(t, subscriber.ReasonSucceeded, ev.Reason)
+	assert.Empty(t, e.sub.HeldKeys())
+	assert.EqualValues(t, 1, e.sub.Stats().Failed)
+}
+
+// awaitEvent returns the next event of kind from events, skipping others.
+func awaitEvent(t *testing.T, events <-chan subscriber.KeyEvent, kind subscriber.KeyEventKind) subscriber.KeyEvent {
+	t.Helper()
+	deadline := time.After(testTimeout)
+	for {
+		select {
+		case ev := <-events:
+			if ev.Kind == kind {
+				return ev
+			}
+		case <-deadline:
+			t.Fatalf("no %v event", kind)
+		}
+	}
+}
+
+// TestPushParkingWinsOverDeadLettering: on a push subscription with
+// parking and a dead-letter policy, a message that keeps failing is parked
+// on the delivery the policy would dead-letter, rather than answered 500:
+// nothing reaches the dead-letter topic, and the key's later message waits
+// in the parking topic, as on pull.
+func TestPushParkingWinsOverDeadLettering(t *testing.T) {
+	t.Parallel()
+	topic, _ := names()
+	dlq, park := "dead-"+topic, "parked-"+topic
+	var mu sync.Mutex
+	var seen []string
+	e := newPushEnv(t, func(_ context.Context, d *subscriber.Delivery) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, string(d.Data))
+		if string(d.Data) == "k/1" {
+			return errInjected
+		}
+		return nil
+	}, subscriber.WithDeadLetterPolicy(dlq, 5), subscriber.WithMaxAttempts(100),
+		subscriber.WithParking(park), subscriber.WithParkingWait(100*time.Millisecond))
+	pe := parkEnv{fakeEnv: e.fakeEnv, parkTopic: path(e.client, "topics", park)}
+	e.publish(t, []string{"k"}, 2)
+	pk := pe.awaitParked(t, "k", 2)
+	assert.Equal(t, "k/1", pe.parkedData()[0])
+	assert.Empty(t, e.srv.Messages(path(e.client, "topics", dlq)), "nothing dead-lettered")
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, 5, countOf(seen, "k/1"), "called on each of its 5 deliveries")
+	assert.Zero(t, countOf(seen, "k/2"), "k/2 waits for the release")
+	assert.Equal(t, pk.MessageID, e.srv.Messages(e.topic)[0].ID)
+	assert.Zero(t, e.sub.Stats().DeadLettered)
+}
+
+// TestUnwrappedPushRedriven: on an unwrapped push subscription with
+// write_metadata, attributes arrive as headers, lower-cased. A stamped
+// message redriven from a dead-letter topic is still known as redriven:
+// its number, below what the endpoint has seen of its key, runs rather
+// than being taken for a copy and answered 204 unrun.
+func TestUnwrappedPushRedriven(t *testing.T) {
+	t.Parallel()
+	srv, client := harness.Fake(t)
+	mux := http.NewServeMux()
+	web := httptest.NewServer(mux)
+	t.Cleanup(web.Close)
+	validator, err := srv.TokenValidator(testContext(t))
+	require.NoError(t, err)
+	topic, subID := names()
+	createDirectly(t, client, &pubsubpb.Subscription{
+		Name: path(client, "subscriptions", subID), Topic: path(client, "topics", topic), EnableMessageOrdering: true,
+		PushConfig: &pubsubpb.PushConfig{
+			PushEndpoint:         web.URL + "/push",
+			Wrapper:              &pubsubpb.PushConfig_NoWrapper_{NoWrapper: &pubsubpb.PushConfig_NoWrapper{WriteMetadata: true}},
+			AuthenticationMethod: &pubsubpb.PushConfig_OidcToken_{OidcToken: &pubsubpb.PushConfig_OidcToken{ServiceAccountEmail: pusher}},
+		},
+	})
+	s, err := subscriber.Open(testContext(t), client, subID, subscriber.WithTokenValidator(validator))
+	require.NoError(t, err)
+	rec := &seqRecorder{}
+	mux.Handle("/push", s.PushHandler(func(_ context.Context, d *subscriber.Delivery) error {
+		rec.add(d)
+		return nil
+	}))
+	t.Cleanup(func() { require.NoError(t, s.Close(context.Background())) })
+
+	st := func(n uint64) ordering.Stamp { return ordering.Stamp{Producer: "p", Seq: n} }
+	for _, err := range publishStamped(t, client, s.Topic(), []stamped{{"k", "k/5", st(5)}}) {
+		require.NoError(t, err)
+	}
+	require.NoError(t, srv.WaitFor(testContext(t), func() bool { _, d := rec.snapshot(); return len(d) == 1 }))
+	attrs := map[string]string{subscriber.DeadLetterSourceAttribute: path(client, "subscriptions", subID)}
+	st(3).Put(attrs)
+	publishAttrs(t, client, s.Topic(), "k", "k/3", attrs)
+	require.NoError(t, srv.WaitFor(testContext(t), func() bool { return srv.Stats(s.Name()).Acked == 2 }))
+	_, data := rec.snapshot()
+	assert.Equal(t, []string{"k/5", "k/3"}, data, "the redriven k/3 ran")
+	assert.Zero(t, s.Stats().Duplicates)
+}
+
+// publishAttrs publishes one message of key with data and attrs through
+// the official client, as a redrive does.
+func publishAttrs(t *testing.T, client *pubsub.Client, topic, key, data string, attrs map[string]string) {
+	t.Helper()
+	ctx := testContext(t)
+	p := client.Publisher(topic)
+	p.EnableMessageOrdering = true
+	defer p.Stop()
+	_, err := p.Publish(ctx, &pubsub.Message{Data: []byte(data), OrderingKey: key, Attributes: attrs}).Get(ctx)
+	require.NoError(t, err)
+}
