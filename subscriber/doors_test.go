@@ -240,3 +240,128 @@ func publishAttrs(t *testing.T, client *pubsub.Client, topic, key, data string, 
 	_, err := p.Publish(ctx, &pubsub.Message{Data: []byte(data), OrderingKey: key, Attributes: attrs}).Get(ctx)
 	require.NoError(t, err)
 }
+
+// TestParkedCopyAckFails: on an exactly-once subscription with parking, a
+// stamped copy of a processed message arrives while its key is parked and
+// goes to the parking topic; its ack is refused, and the service sends it
+// again. The refused ack makes nothing owed, so the release skips the copy
+// as S12 says: the message does not run twice, nor after its successor.
+func TestParkedCopyAckFails(t *testing.T) {
+	t.Parallel()
+	e := newParkEnv(t, []orderingtest.Option{orderingtest.WithAckDeadline(300 * time.Millisecond)},
+		subscriber.WithExactlyOnceDelivery(), subscriber.WithParkingWait(100*time.Millisecond))
+	require.True(t, e.sub.ExactlyOnce())
+	refused := e.srv.FailAcks(orderingtest.Data("k/1-copy"), orderingtest.PermanentAckFailure, 1)
+	st := func(n uint64) ordering.Stamp { return ordering.Stamp{Producer: "p", Seq: n} }
+	var fixed atomic.Bool
+	var mu sync.Mutex
+	var calls []string
+	stop := start(t, e.sub, func(_ context.Context, d *subscriber.Delivery) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls = append(calls, string(d.Data))
+		if string(d.Data) == "k/2" && !fixed.Load() {
+			return subscriber.Permanent(errInjected)
+		}
+		return nil
+	})
+	for _, err := range publishStamped(t, e.client, e.topic, []stamped{{"k", "k/1", st(1)}, {"k", "k/2", st(2)}}) {
+		require.NoError(t, err)
+	}
+	e.awaitParked(t, "k", 1)
+	for _, err := range publishStamped(t, e.client, e.topic, []stamped{{"k", "k/1-copy", st(1)}}) {
+		require.NoError(t, err)
+	}
+	require.NoError(t, e.srv.WaitFor(testContext(t), func() bool {
+		return refused.Hits() == 1 && e.srv.Stats(e.sub.Name()).Outstanding == 0 && countOf(e.parkedData(), "k/1-copy") >= 2
+	}), "the copy is parked, its ack refused, and parked again: %s", e.describe())
+	fixed.Store(true)
+	require.NoError(t, e.sub.Release(testContext(t), "k"))
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"k/1", "k/2", "k/2"}, calls, "k/2 failed, then ran in the release; the copy never ran")
+}
+
+// TestPushCloseDrainsReleases: Close on a push endpoint lets a running
+// release's handler call finish within the drain timeout, as it lets a
+// push's, rather than cancelling it at once.
+func TestPushCloseDrainsReleases(t *testing.T) {
+	t.Parallel()
+	topic, _ := names()
+	park := "parked-" + topic
+	var fixed atomic.Bool
+	running, proceed := make(chan struct{}), make(chan struct{})
+	handlerErr := make(chan error, 1)
+	e := newPushSub(t, subscriber.WithParking(park), subscriber.WithParkingWait(100*time.Millisecond),
+		subscriber.WithDrainTimeout(testTimeout))
+	e.mux.Handle("/push", e.sub.PushHandler(func(ctx context.Context, d *subscriber.Delivery) error {
+		if string(d.Data) != "k/1" {
+			return nil
+		}
+		if !fixed.Load() {
+			return subscriber.Permanent(errInjected)
+		}
+		close(running)
+		select {
+		case <-proceed:
+			handlerErr <- nil
+			return nil
+		case <-ctx.Done():
+			handlerErr <- ctx.Err()
+			return ctx.Err()
+		}
+	}))
+	pe := parkEnv{fakeEnv: e.fakeEnv, parkTopic: path(e.client, "topics", park)}
+	e.publishSeqs(t, "k", 1, 2)
+	pe.awaitParked(t, "k", 2)
+	fixed.Store(true)
+	released := make(chan error, 1)
+	go func() { released <- e.sub.Release(testContext(t), "k") }()
+	select {
+	case <-running:
+	case <-time.After(testTimeout):
+		t.Fatalf("the release did not run: %s", pe.describe())
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- e.sub.Close(testContext(t)) }()
+	token, err := e.srv.SignToken(e.srv.PushClaims(pusher, e.endpoint))
+	require.NoError(t, err)
+	require.NoError(t, poll(testContext(t), func() bool {
+		return e.post(t, http.MethodPost, token, pushBody(t, e.sub.Name(), "m-late", "other", "x")) == http.StatusServiceUnavailable
+	}), "Close has begun")
+	close(proceed)
+	assert.NoError(t, <-handlerErr, "the release's call was not cancelled")
+	assert.ErrorIs(t, await(t, released), subscriber.ErrNotReceiving, "it starts nothing after k/1 once stopping (S7)")
+	require.NoError(t, <-closed)
+	assert.EqualValues(t, 1, e.sub.Stats().Released, "k/1 ran to its end and was recorded")
+}
+
+// TestPushCloseReturnsByItsContext: a push of a parked key is on its way
+// to the parking topic, whose publish hangs. Close returns by its ctx,
+// with ctx.Err(), rather than waiting for the move without bound; the move
+// is given up, and the push answered for the service to send again.
+func TestPushCloseReturnsByItsContext(t *testing.T) {
+	t.Parallel()
+	tr := newTracker(nil, 0)
+	tr.expect("k", 1)
+	e, pe, _ := newParkingPushEnv(t, tr)
+	e.publishSeqs(t, "k", 1, 2)
+	pe.awaitParked(t, "k", 1)
+	hung := e.srv.HoldPublish(func(m *pubsubpb.PubsubMessage) bool {
+		_, copied := m.GetAttributes()[subscriber.AttrParkID]
+		return copied && string(m.GetData()) == "k/3"
+	})
+	defer hung.Remove()
+	e.publishSeqs(t, "k", 3, 3)
+	require.NoError(t, e.srv.WaitFor(testContext(t), func() bool { return hung.Hits() > 0 }), "k/3's move to the parking topic hangs")
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	began := time.Now()
+	err := e.sub.Close(ctx)
+	took := time.Since(began)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, took, 3*time.Second, "Close returned by its ctx")
+	assert.Equal(t, []string{"k/2"}, pe.parkedData(), "k/3 was not parked")
+}

@@ -262,12 +262,15 @@ func (s *Subscription) PushHandler(h Handler) http.Handler {
 
 // Close stops what [Subscription.PushHandler] runs: requests that arrive
 // afterwards are answered 503, so that the service sends them again, to
-// this endpoint or another; running handler calls finish until the drain
-// timeout ([WithDrainTimeout]) or until ctx ends, whichever comes first,
-// then their context is cancelled and Close waits for them; with parking,
-// the control log stops. It returns ctx.Err() if ctx ended first. At a
-// service's shutdown, call http.Server.Shutdown first, which lets running
-// pushes finish and answer, then Close. A Subscription that only receives
+// this endpoint or another; running handler calls, releases and moves to
+// the parking topic finish until the drain timeout ([WithDrainTimeout]) or
+// until ctx ends, whichever comes first; then their context is cancelled,
+// and with parking the control log stops. Close returns nil once all of
+// that has ended, or ctx.Err() as soon as ctx ends, whatever is still
+// under way, which goes on ending behind it; a later Close waits for it
+// again, by its own ctx. At a service's shutdown, call
+// http.Server.Shutdown first, which lets running pushes finish and
+// answer, then Close. A Subscription that only receives
 // by pull has nothing to close: the end of Receive's context stops
 // Receive, and Close returns nil.
 func (s *Subscription) Close(ctx context.Context) error {
@@ -299,12 +302,13 @@ type pushDoor struct {
 
 	// calls counts the requests at work; a request joins it under mu
 	// unless closed is set, which close sets under mu before it waits.
-	// closeOnce closes the receiver once.
+	// closeOnce starts shut once, which closes finished when all it
+	// stops has ended.
 	mu        sync.Mutex
 	closed    bool
 	calls     sync.WaitGroup
 	closeOnce sync.Once
-	closeErr  error
+	finished  chan struct{}
 }
 
 // ServeHTTP answers one push request.
@@ -474,53 +478,58 @@ func (d *pushDoor) deliver(j *job, v verdict) outcome {
 
 // close refuses new requests, lets running ones drain, with the releases
 // and the moves to the parking topic, until the drain timeout, then
-// cancels what runs, and stops the receiver. It returns by ctx, with
-// ctx.Err(), whatever is still under way: that goes on ending behind it.
+// cancels what runs, and stops the receiver. It returns nil once all that
+// has ended, or ctx.Err() when ctx ends first, whatever is still under
+// way: that goes on ending behind it, and a later close may wait for it.
 func (d *pushDoor) close(ctx context.Context) error {
 	d.closeOnce.Do(func() {
-		r := d.r
-		d.mu.Lock()
-		d.closed = true
-		d.mu.Unlock()
-		close(r.stopping)
-		drained := make(chan struct{})
-		go func() {
-			defer close(drained)
-			var wg sync.WaitGroup
-			wg.Go(d.calls.Wait)
-			if d.parking != nil {
-				wg.Go(d.parking.drain)
-			}
-			wg.Wait()
-		}()
-		t := time.NewTimer(r.cfg.drainTimeout)
-		defer t.Stop()
-		select {
-		case <-drained:
-		case <-t.C:
-		case <-ctx.Done():
-		}
-		r.cancelHandlers()
-		if d.parking != nil {
-			d.parking.cancel()
-		}
-		finish := func() {
-			<-drained
-			if d.parking != nil {
-				d.parking.close()
-			}
-			r.obs.close()
-			r.s.current.Store(nil)
-		}
-		select {
-		case <-drained:
-			finish()
-		case <-ctx.Done():
-			go finish()
-		}
-		d.closeErr = ctx.Err()
+		d.finished = make(chan struct{})
+		go d.shut(ctx)
 	})
-	return d.closeErr
+	select {
+	case <-d.finished:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// shut is close's work, on a goroutine of its own: ctx, the first close's,
+// may cut the drain short.
+func (d *pushDoor) shut(ctx context.Context) {
+	defer close(d.finished)
+	r := d.r
+	d.mu.Lock()
+	d.closed = true
+	d.mu.Unlock()
+	close(r.stopping)
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		var wg sync.WaitGroup
+		wg.Go(d.calls.Wait)
+		if d.parking != nil {
+			wg.Go(d.parking.drain)
+		}
+		wg.Wait()
+	}()
+	t := time.NewTimer(r.cfg.drainTimeout)
+	defer t.Stop()
+	select {
+	case <-drained:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	r.cancelHandlers()
+	if d.parking != nil {
+		d.parking.cancel()
+	}
+	<-drained
+	if d.parking != nil {
+		d.parking.close()
+	}
+	r.obs.close()
+	r.s.current.Store(nil)
 }
 
 // authorize checks the request's token when the subscription has push
