@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -364,4 +365,117 @@ func TestPushCloseReturnsByItsContext(t *testing.T) {
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Less(t, took, 3*time.Second, "Close returned by its ctx")
 	assert.Equal(t, []string{"k/2"}, pe.parkedData(), "k/3 was not parked")
+}
+
+// TestReleaseRequestGoexit: a Receive carries out a release request, and
+// user code in it exits its goroutine: the handler, on the first call of
+// the released message, or the WithKeyEvents callback, told of the
+// unpark. Either way the key is left unmarked, the release goes on or the
+// request is finished, and Receive returns once its ctx ends.
+func TestReleaseRequestGoexit(t *testing.T) {
+	t.Parallel()
+	for _, where := range []string{"handler", "callback"} {
+		t.Run(where, func(t *testing.T) {
+			t.Parallel()
+			e := newParkEnv(t, nil, subscriber.WithMaxAttempts(1), subscriber.WithParkingWait(100*time.Millisecond))
+			e.publishSeqs(t, "k", 1, 3)
+			var fixed, exited atomic.Bool
+			exit := func() {
+				if exited.CompareAndSwap(false, true) {
+					runtime.Goexit()
+				}
+			}
+			var unparked atomic.Bool
+			opts := []subscriber.Option{subscriber.WithMaxAttempts(3), subscriber.WithParkingWait(100 * time.Millisecond),
+				subscriber.WithKeyEvents(func(ev subscriber.KeyEvent) {
+					if ev.Kind == subscriber.KeyUnparked {
+						unparked.Store(true)
+						if where == "callback" {
+							exit()
+						}
+					}
+				})}
+			service := e.reopen(t, e.client, opts...)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				done <- service.Receive(ctx, func(_ context.Context, d *subscriber.Delivery) error {
+					if string(d.Data) != "k/2" {
+						return nil
+					}
+					if !fixed.Load() {
+						return errInjected
+					}
+					if where == "handler" {
+						exit()
+					}
+					return nil
+				})
+			}()
+			e.awaitParked(t, "k", 2)
+			retried := service.Stats().Retried
+			fixed.Store(true)
+			require.NoError(t, e.sub.RequestRelease(testContext(t), "k"))
+			require.NoError(t, e.srv.WaitFor(testContext(t), func() bool {
+				list, err := e.sub.Parked(testContext(t))
+				return err == nil && len(list) == 0 && unparked.Load()
+			}), "the request was carried out: %s", e.describe())
+			assert.True(t, exited.Load())
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(testTimeout):
+				t.Fatal("Receive did not return: the key was left marked")
+			}
+			if where == "handler" {
+				assert.EqualValues(t, retried+1, service.Stats().Retried, "the exit was a failed call, retried")
+			}
+		})
+	}
+}
+
+// TestRequestClaimedWhenLocalReleaseEnds: a release request arrives for a
+// key that a Release in the running Receive is releasing, so the Receive
+// does not claim it. When that Release gives up, the request is claimed
+// at once, not at the log's next unrelated event.
+func TestRequestClaimedWhenLocalReleaseEnds(t *testing.T) {
+	t.Parallel()
+	e := newParkEnv(t, nil, subscriber.WithMaxAttempts(100), subscriber.WithParkingWait(100*time.Millisecond),
+		subscriber.WithBackoff(10*time.Millisecond, 10*time.Millisecond))
+	e.publishSeqs(t, "k", 1, 2)
+	var phase atomic.Int32 // 0: k/1 fails for good; 1: it fails, to be retried; 2: it runs
+	stop := start(t, e.sub, func(_ context.Context, d *subscriber.Delivery) error {
+		if string(d.Data) != "k/1" {
+			return nil
+		}
+		switch phase.Load() {
+		case 0:
+			return subscriber.Permanent(errInjected)
+		case 1:
+			return errInjected
+		}
+		return nil
+	})
+	e.awaitParked(t, "k", 2)
+	phase.Store(1)
+	ctx, cancel := context.WithCancel(testContext(t))
+	local := make(chan error, 1)
+	go func() { local <- e.sub.Release(ctx, "k") }()
+	e.awaitKey(t, "k", "released here", func(k subscriber.ParkedKey) bool { return k.Releasing })
+
+	operator := e.reopen(t, harness.Client(t, e.srv.Addr))
+	require.NoError(t, operator.RequestRelease(testContext(t), "k"))
+	e.awaitRequested(t, "k")
+	phase.Store(2)
+	cancel()
+	require.ErrorIs(t, await(t, local), context.Canceled)
+	waitCtx, waitCancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer waitCancel()
+	require.NoError(t, e.srv.WaitFor(waitCtx, func() bool {
+		list, err := e.sub.Parked(waitCtx)
+		return err == nil && len(list) == 0
+	}), "the request was not claimed when the local release ended: %s", e.describe())
+	stop()
 }
