@@ -171,3 +171,8 @@ var ErrReleasing = errors.New("keyorder/subscriber: key is being released")
 // Release that waited for another process to carry out its request wraps
 // an error with the text of the handler's, as the control log keeps it.
 var ErrParkedAgain = errors.New("keyorder/subscriber: a released message failed again; the key stays parked")
+
+// ErrNoRequest is returned, wrapped with the key, by
+// [Subscription.WithdrawRelease] for a parked key with no release request
+// pending.
+var ErrNoRequest = errors.New("keyorder/subscriber: no release request is pending for the key")
