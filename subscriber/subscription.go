@@ -123,7 +123,7 @@ func Open(ctx context.Context, client *pubsub.Client, subID string, opts ...Opti
 	name := fullName(client, "subscriptions", subID)
 	sub, err := client.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: name})
 	if status.Code(err) == codes.NotFound {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, name)
+		return nil, fmt.Errorf("%w: subscription %s", ErrNotFound, name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("keyorder/subscriber: subscription %s: %w", name, err)
