@@ -262,7 +262,7 @@ func TestParkctlRefuses(t *testing.T) {
 		{"list without -sub", []string{"-parking", "ledger-parked", "list"}, exitUsage, "-sub and -parking are required"},
 		{"release without a key", []string{"-sub", "ledger-balances", "-parking", "ledger-parked", "release"}, exitUsage, "release takes one key"},
 		{"a parking topic that is not there", []string{"-sub", "ledger-balances", "-parking", "ledger-parkd", "list"}, exitFail, "no parking topic projects/keyorder-test/topics/ledger-parkd"},
-		{"a subscription that is not there", []string{"-sub", "ledger-balance", "-parking", "ledger-parked", "list"}, exitFail, "not found: subscription"},
+		{"a subscription that is not there", []string{"-sub", "ledger-balance", "-parking", "ledger-parked", "list"}, exitFail, "no subscription projects/keyorder-test/subscriptions/ledger-balance: check -sub"},
 		{"a key not parked", []string{"-sub", "ledger-balances", "-parking", "ledger-parked", "release", "-wait=false", "acct-9"}, exitFail, "key is not parked"},
 		{"a topic without retention", []string{"replay", "-quiet", "100ms", "ledger"}, exitFail, "no message retention"},
 		{"-from and -since", []string{"replay", "-from", "2026-01-01T00:00:00Z", "-since", "1h", "ledger"}, exitUsage, "not both"},
