@@ -266,6 +266,21 @@ func TestParkctlRefuses(t *testing.T) {
 		{"a key not parked", []string{"-sub", "ledger-balances", "-parking", "ledger-parked", "release", "-wait=false", "acct-9"}, exitFail, "key is not parked"},
 		{"a topic without retention", []string{"replay", "-quiet", "100ms", "ledger"}, exitFail, "no message retention"},
 		{"-from and -since", []string{"replay", "-from", "2026-01-01T00:00:00Z", "-since", "1h", "ledger"}, exitUsage, "not both"},
+		{"-since 0s", []string{"replay", "-since", "0s", "ledger"}, exitUsage, "-since 0s: need a duration more than 0"},
+		{"-since -5m", []string{"replay", "ledger", "-since", "-5m"}, exitUsage, "-since -5m0s: need a duration more than 0"},
+		{"-timeout 0", []string{"release", "acct-1", "-timeout", "0", "-sub", "ledger-balances", "-parking", "ledger-parked"}, exitUsage, "-timeout 0s: need more than 0"},
+		{"-timeout with -wait=false", []string{"release", "-wait=false", "-timeout", "1m", "acct-1"}, exitUsage, "nothing waits"},
+		{"a flag of another command", []string{"release", "-json", "acct-1"}, exitUsage, "-json is not a flag of release"},
+		{"an unknown flag", []string{"list", "-subscription", "x"}, exitUsage, "flag provided but not defined: -subscription"},
+		{"list with an argument", []string{"list", "acct-1", "-sub", "ledger-balances", "-parking", "ledger-parked"}, exitUsage, "list takes no arguments"},
+		{"withdraw of two keys", []string{"withdraw", "a", "b"}, exitUsage, "withdraw takes one key, not 2 arguments"},
+		{"a wrong project", []string{"-project", "other", "-sub", "ledger-balances", "-parking", "ledger-parked", "list"}, exitFail,
+			"no subscription projects/other/subscriptions/ledger-balances: check -sub, and the project (-project or GOOGLE_CLOUD_PROJECT)"},
+		{"-parking naming the control topic", []string{"list", "-sub", "ledger-balances", "-parking", "ledger-balances-parking-control"}, exitFail,
+			"is the subscription's control topic"},
+		{"-parking naming the subscription's topic", []string{"list", "-sub", "ledger-balances", "-parking", "ledger"}, exitFail,
+			"is the topic the subscription reads"},
+		{"a replay of a missing topic", []string{"replay", "ledgr"}, exitFail, "no topic projects/keyorder-test/topics/ledgr"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, errOut := parkctl(ctx, tc.args...)
