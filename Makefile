@@ -1,6 +1,10 @@
 # keyorder: every target needs only Go; modules come from the Go module proxy.
+# The examples are a module of their own (examples/go.mod), joined to the
+# library's by go.work, so that a user of the library never gets their
+# dependencies; every target covers both modules.
 
 GO            ?= go
+PKGS          := ./... ./examples/...
 STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCH         ?= .
 BENCHCOUNT    ?= 6
@@ -10,8 +14,8 @@ BENCHTIME     ?= 1s
 
 ## test: vet, then every test with the race detector (what CI runs).
 test:
-	$(GO) vet ./...
-	$(GO) test -race -count=1 ./...
+	$(GO) vet $(PKGS)
+	$(GO) test -race -count=1 $(PKGS)
 
 ## run: the end-to-end example against an embedded pstest server
 ## (or PUBSUB_EMULATOR_HOST when it is set).
@@ -24,13 +28,13 @@ run:
 ## benchstat (golang.org/x/perf/cmd/benchstat): benchstat -col /sub FILE.
 bench:
 	for i in $$(seq $(BENCHCOUNT)); do \
-		$(GO) test -run='^$$' -bench='$(BENCH)' -benchmem -count=1 -benchtime=$(BENCHTIME) ./... || exit 1; \
+		$(GO) test -run='^$$' -bench='$(BENCH)' -benchmem -count=1 -benchtime=$(BENCHTIME) $(PKGS) || exit 1; \
 	done
 
 ## lint: go vet plus staticcheck, pinned.
 lint:
-	$(GO) vet ./...
-	$(GO) run $(STATICCHECK) ./...
+	$(GO) vet $(PKGS)
+	$(GO) run $(STATICCHECK) $(PKGS)
 
 ## fuzz: a short run of each fuzz target of the pure functions.
 fuzz:

@@ -50,6 +50,17 @@
 // project's FIGURES.md for how holding, the service's dead-lettering
 // ([WithDeadLetterPolicy]) and parking compare.
 //
+// # Regions
+//
+// The service keeps a key's order only among the messages published to
+// one region, and its global endpoint routes each client to a region near
+// it. Receiving is not affected: a subscriber may connect to any region.
+// Parking is: its control log is a topic whose events must keep their
+// order, so with [WithParking] every process of the subscription passes
+// [CreateWithTopic] or [Open] a client pinned to the same region, with
+// [RegionalEndpoint], which leaves a client for the emulator
+// (PUBSUB_EMULATOR_HOST) as it is.
+//
 // # Room
 //
 // A key that is stuck, failing or slow, cannot fill the official client's

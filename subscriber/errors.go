@@ -9,8 +9,10 @@ import (
 	"github.com/keyorder/keyorder/ordering"
 )
 
-// ErrNotFound is returned by [Open] when the subscription does not exist.
-var ErrNotFound = errors.New("keyorder/subscriber: subscription not found")
+// ErrNotFound is returned, wrapped with the resource's name, by [Open]
+// when the subscription does not exist, and by [Replay] and
+// [SetTopicRetention] when the topic does not.
+var ErrNotFound = errors.New("keyorder/subscriber: not found")
 
 // ErrTopicMismatch is returned by [CreateWithTopic] when the subscription
 // exists but is attached to another topic (or to a deleted one).
@@ -102,8 +104,8 @@ func (e *RetryAfterError) Unwrap() error { return e.Err }
 // topic succeeds but brings back nothing published before the
 // subscription existed, so a replay would look complete and be empty.
 // [WithTopicRetention] makes [CreateWithTopic] create topics that retain
-// their messages; an existing topic's retention is its
-// message_retention_duration, set with the admin client's UpdateTopic.
+// their messages, and [SetTopicRetention] gives an existing topic
+// retention.
 var ErrNoRetention = errors.New("keyorder/subscriber: topic has no message retention")
 
 // ErrBeforeRetention is returned, wrapped with the topic's retention, by
@@ -171,3 +173,8 @@ var ErrReleasing = errors.New("keyorder/subscriber: key is being released")
 // Release that waited for another process to carry out its request wraps
 // an error with the text of the handler's, as the control log keeps it.
 var ErrParkedAgain = errors.New("keyorder/subscriber: a released message failed again; the key stays parked")
+
+// ErrNoRequest is returned, wrapped with the key, by
+// [Subscription.WithdrawRelease] for a parked key with no release request
+// pending.
+var ErrNoRequest = errors.New("keyorder/subscriber: no release request is pending for the key")

@@ -3,6 +3,7 @@ package subscriber
 import (
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
@@ -55,6 +56,7 @@ type config struct {
 	push           pushOptions          // push.go
 	parking        string               // the parking topic; "" for none (park.go)
 	parkingWait    time.Duration        // park_barrier.go
+	parkingWaitSet bool                 // WithParkingWait was given
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -83,15 +85,73 @@ func newConfig(opts []Option) (config, error) {
 	if c.workers == 0 {
 		c.workers = followOutstanding(c.receive.MaxOutstandingMessages)
 	}
-	if p := c.push; p.endpoint != "" {
-		switch {
-		case p.email == "" && !p.unauthenticated:
-			return config{}, invalid("WithPush(%q) without WithPushAuth: anyone who knows the URL could deliver to it; add WithPushAuth, or WithUnauthenticatedPush if that is meant", p.endpoint)
-		case c.exactlyOnce:
-			return config{}, invalid("WithPush with WithExactlyOnceDelivery: the service delivers exactly once by pull only")
-		}
+	if err := c.checkPush(); err != nil {
+		return config{}, err
+	}
+	if err := c.checkParking(); err != nil {
+		return config{}, err
 	}
 	return c, nil
+}
+
+// checkPush refuses push options that contradict each other, once all are
+// known: each option alone cannot see the others.
+func (c *config) checkPush() error {
+	p := c.push
+	switch {
+	case p.email != "" && p.unauthenticated:
+		return invalid("WithPushAuth(%q) with WithUnauthenticatedPush: the one checks every request's token, the other accepts requests without one; keep WithPushAuth, or drop it to accept unauthenticated pushes", p.email)
+	case p.email != "" && !isEmail(p.email):
+		return invalid("WithPushAuth(%q): not a service account's email (name@project.iam.gserviceaccount.com)", p.email)
+	case p.endpoint == "":
+		return nil
+	case p.email == "" && !p.unauthenticated:
+		return invalid("WithPush(%q) without WithPushAuth: anyone who knows the URL could deliver to it; add WithPushAuth, or WithUnauthenticatedPush if that is meant", p.endpoint)
+	case c.exactlyOnce:
+		return invalid("WithPush with WithExactlyOnceDelivery: the service delivers exactly once by pull only")
+	}
+	return nil
+}
+
+// checkPull refuses push options on the pull subscription name: they
+// would describe requests that never come. Open takes WithPushAuth and
+// WithUnauthenticatedPush without WithPush, for an existing push
+// subscription, so this waits for the subscription.
+func (c *config) checkPull(name string, have pushSettings) error {
+	p := c.push
+	if have.endpoint != "" || p.endpoint != "" {
+		return nil // a push subscription, or WithPush's own refusal
+	}
+	switch {
+	case p.email != "":
+		return invalid("WithPushAuth(%q): %s is a pull subscription, which gets no push requests; drop WithPushAuth, or add WithPush to create a push subscription", p.email, name)
+	case p.unauthenticated:
+		return invalid("WithUnauthenticatedPush: %s is a pull subscription, which gets no push requests; drop WithUnauthenticatedPush, or add WithPush to create a push subscription", name)
+	case p.validator != nil:
+		return invalid("WithTokenValidator: %s is a pull subscription, which gets no push requests; drop WithTokenValidator", name)
+	}
+	return nil
+}
+
+// isEmail reports whether s has the form of an email address: a name, an
+// @ and a domain with a dot, and no spaces or controls.
+func isEmail(s string) bool {
+	name, domain, ok := strings.Cut(s, "@")
+	return ok && name != "" && len(s) <= 254 && strings.Contains(domain, ".") &&
+		!strings.HasPrefix(domain, ".") && !strings.HasSuffix(domain, ".") &&
+		!strings.ContainsAny(domain, "@") && !strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f })
+}
+
+// checkParking refuses parking options that do nothing, or break what
+// WithParkingWait's doc asks: a drain that outlasts a park's wait.
+func (c *config) checkParking() error {
+	switch {
+	case c.parking == "" && c.parkingWaitSet:
+		return invalid("WithParkingWait(%v) without WithParking: the wait is parking's; add WithParking, or drop WithParkingWait", c.parkingWait)
+	case c.parking != "" && c.drainTimeout < c.parkingWait:
+		return invalid("WithDrainTimeout(%v) with a parking wait of %v: a shutdown would cut a park's wait short; make the drain timeout at least the parking wait (WithDrainTimeout, WithParkingWait)", c.drainTimeout, c.parkingWait)
+	}
+	return nil
 }
 
 // log returns the logger WithLogger set, or slog.Default() as it is now,
@@ -536,27 +596,28 @@ const DefaultParkingWait = 2 * time.Second
 const maxParkingWait = 5 * time.Second
 
 // WithParkingWait sets D, the bound on which parking's guarantee across
-// processes rests (park_barrier.go): a process that parks a key waits D,
-// from when it learned of the park, before it acks what it parked, so that
-// the key's next message reaches another process only once the park is D
-// old; and a process runs a message of a key new to it at once when a
-// marker it sent through the control log within the last D has come back,
-// which shows it every park older than D, and otherwise waits for one.
-// While it receives keys new to it, a process sends itself a marker every
-// D/4, without waiting for it; an idle one sends nothing.
+// processes rests (the Parking section of DESIGN.md): a process that parks
+// a key waits D, from when it learned of the park, before it acks what it
+// parked, so that the key's next message reaches another process only
+// once the park is D old; and a process runs a message of a key new to it
+// at once when a marker it sent through the control log within the last
+// D has come back, which shows it every park older than D, and otherwise
+// waits for one. While it receives keys new to it, a process sends itself
+// a marker every D/4, without waiting for it; an idle one sends nothing.
 //
 // A larger D keeps a process's view fresh with fewer markers and makes
 // each park's ack later; a smaller one the reverse. When the control
 // topic's round trip exceeds about 3D/4, new keys wait for a marker, as if
-// D were 0: slower, never unsafe. [WithDrainTimeout] should exceed D, so
-// that a shutdown lets a park's wait finish. The default is
+// D were 0: slower, never unsafe. [WithDrainTimeout] must be at least D,
+// so that a shutdown lets a park's wait finish: a shorter one, and
+// WithParkingWait without [WithParking], are refused. The default is
 // [DefaultParkingWait]; d is more than 0 and at most 5 s.
 func WithParkingWait(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 || d > maxParkingWait {
 			return invalid("WithParkingWait(%v): need more than 0 and at most %v", d, maxParkingWait)
 		}
-		c.parkingWait = d
+		c.parkingWait, c.parkingWaitSet = d, true
 		return nil
 	}
 }

@@ -118,7 +118,7 @@ func TestReleaseRequestOutlivesARestart(t *testing.T) {
 	defer subscriber.SetReleaseLease(time.Second)()
 	for _, crash := range []bool{false, true} {
 		t.Run(map[bool]string{false: "shutdown", true: "crash"}[crash], func(t *testing.T) {
-			opts := []subscriber.Option{subscriber.WithMaxAttempts(1), subscriber.WithDrainTimeout(50 * time.Millisecond)}
+			opts := []subscriber.Option{subscriber.WithMaxAttempts(1), subscriber.WithDrainTimeout(50 * time.Millisecond), subscriber.WithParkingWait(50 * time.Millisecond)}
 			e := newParkEnv(t, nil, opts...)
 			released := make(chan error, 1)
 			tr := interruptRelease(t, e, e.reopen(t, e.client, opts...), crash, func() {

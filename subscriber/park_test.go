@@ -536,7 +536,7 @@ func TestReleaseInterruptedByARestart(t *testing.T) {
 	defer subscriber.SetReleaseLease(time.Second)()
 	for _, crash := range []bool{false, true} {
 		t.Run(map[bool]string{false: "shutdown", true: "crash"}[crash], func(t *testing.T) {
-			e := newParkEnv(t, nil, subscriber.WithMaxAttempts(1), subscriber.WithDrainTimeout(50*time.Millisecond))
+			e := newParkEnv(t, nil, subscriber.WithMaxAttempts(1), subscriber.WithDrainTimeout(50*time.Millisecond), subscriber.WithParkingWait(50*time.Millisecond))
 			released := make(chan error, 1)
 			tr := interruptRelease(t, e, e.sub, crash, func() {
 				go func() { released <- e.sub.Release(context.Background(), "key-0") }()

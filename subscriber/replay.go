@@ -25,9 +25,10 @@ import (
 // it.
 //
 //   - Setup. The topic must retain messages (its message retention
-//     duration); otherwise Replay returns an error matching
-//     [ErrNoRetention], and one matching [ErrBeforeRetention] when from is
-//     older than the retention reaches. A zero from means the oldest
+//     duration, which [SetTopicRetention] sets); otherwise Replay returns
+//     an error matching [ErrNoRetention], and one matching
+//     [ErrBeforeRetention] when from is older than the retention reaches;
+//     [ErrNotFound] when the topic does not exist. A zero from means the oldest
 //     message retained. Replay creates an ordered subscription on the topic
 //     and seeks it to from. The subscription expires after a day unused,
 //     the service's minimum, in case the process dies before deleting it.
@@ -116,6 +117,9 @@ const (
 // where to seek: from, or for a zero from the oldest retained message.
 func replayStart(ctx context.Context, client *pubsub.Client, topic string, from, start time.Time) (time.Time, error) {
 	t, err := client.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: topic})
+	if status.Code(err) == codes.NotFound {
+		return time.Time{}, fmt.Errorf("%w: topic %s", ErrNotFound, topic)
+	}
 	if err != nil {
 		return time.Time{}, fmt.Errorf("keyorder/subscriber: topic %s: %w", topic, err)
 	}

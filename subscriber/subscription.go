@@ -84,6 +84,9 @@ func CreateWithTopic(ctx context.Context, client *pubsub.Client, topicID, subID 
 	}
 	sub, err := client.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: name})
 	if status.Code(err) == codes.NotFound {
+		if err := cfg.checkPull(name, pushSettings{endpoint: cfg.push.endpoint}); err != nil {
+			return nil, err // before it is made a pull subscription
+		}
 		want := &pubsubpb.Subscription{
 			Name: name, Topic: topic, EnableMessageOrdering: true,
 			EnableExactlyOnceDelivery: cfg.exactlyOnce,
@@ -123,7 +126,7 @@ func Open(ctx context.Context, client *pubsub.Client, subID string, opts ...Opti
 	name := fullName(client, "subscriptions", subID)
 	sub, err := client.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: name})
 	if status.Code(err) == codes.NotFound {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, name)
+		return nil, fmt.Errorf("%w: subscription %s", ErrNotFound, name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("keyorder/subscriber: subscription %s: %w", name, err)
@@ -159,6 +162,9 @@ func newSubscription(ctx context.Context, client *pubsub.Client, sub *pubsubpb.S
 	s.policies = policiesOf(sub)
 	warnPolicies(cfg.log(), client, s.name, s.topic, cfg.policies, s.policies)
 	s.push = pushSettingsOf(sub)
+	if err := cfg.checkPull(s.name, s.push); err != nil {
+		return nil, err
+	}
 	if err := cfg.push.check(cfg.log(), s.name, s.push); err != nil {
 		return nil, err
 	}

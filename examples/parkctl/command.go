@@ -3,13 +3,11 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
-	"text/tabwriter"
-	"time"
 
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
@@ -20,28 +18,16 @@ import (
 	"github.com/keyorder/keyorder/subscriber"
 )
 
-// A command is one run of parkctl: the global flags and where it writes.
+// A command is one run of parkctl: its flags and where it writes.
 type command struct {
-	project, sub, parking string
-	out, errOut           io.Writer
-}
-
-// fail reports err and returns exitFail.
-func (c *command) fail(format string, args ...any) int {
-	fmt.Fprintf(c.errOut, "parkctl: "+format+"\n", args...)
-	return exitFail
-}
-
-// usageError reports a usage error and returns exitUsage.
-func (c *command) usageError(format string, args ...any) int {
-	fmt.Fprintf(c.errOut, "parkctl: "+format+"\n%s", append(args, usage)...)
-	return exitUsage
+	f           flags
+	out, errOut io.Writer
 }
 
 // connect returns a client of the emulator PUBSUB_EMULATOR_HOST names, or
 // of Google Cloud; the official client reads the variable itself.
 func (c *command) connect(ctx context.Context) (*pubsub.Client, error) {
-	project := c.project
+	project := c.f.project
 	if project == "" {
 		project = os.Getenv("GOOGLE_CLOUD_PROJECT")
 	}
@@ -54,128 +40,129 @@ func (c *command) connect(ctx context.Context) (*pubsub.Client, error) {
 	return pubsub.NewClient(ctx, project)
 }
 
+// server names the server parkctl talks to, for a person to read.
+func server() string {
+	if addr := os.Getenv(harness.EmulatorEnv); addr != "" {
+		return addr + " (" + harness.EmulatorEnv + ")"
+	}
+	return "pubsub.googleapis.com"
+}
+
+// reach makes parkctl's first call, which gets -reach to be answered: the
+// official client retries an unreachable server until the call's context
+// ends, so without this bound parkctl would wait out -timeout in silence.
+func (c *command) reach(ctx context.Context, call func(ctx context.Context) error) error {
+	rctx, cancel := context.WithTimeout(ctx, c.f.reach)
+	defer cancel()
+	err := call(rctx)
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	if code := status.Code(err); rctx.Err() != nil || code == codes.Unavailable || code == codes.DeadlineExceeded {
+		return fmt.Errorf("cannot reach the Pub/Sub server at %s: no answer within -reach %v (%v)", server(), c.f.reach, err)
+	}
+	return err
+}
+
+// names returns the full names of the subscription, its parking topic and
+// its control topic, in client's project.
+func (c *command) names(client *pubsub.Client) (sub, parking, control string) {
+	full := func(kind, id string) string {
+		if strings.HasPrefix(id, "projects/") {
+			return id
+		}
+		return "projects/" + client.Project() + "/" + kind + "/" + id
+	}
+	sub = full("subscriptions", c.f.sub)
+	_, subID, _ := strings.Cut(sub, "/subscriptions/")
+	// The control topic keyorder names after the subscription.
+	control = full("topics", subID+"-parking-control")
+	return sub, full("topics", c.f.parking), control
+}
+
 // open connects and opens the subscription with its parking topic, for
 // the command cmd. It returns the exit status, not exitOK, if it cannot.
 func (c *command) open(ctx context.Context, cmd string) (*subscriber.Subscription, func(), int) {
-	if c.sub == "" || c.parking == "" {
+	if c.f.sub == "" || c.f.parking == "" {
 		return nil, nil, c.usageError("%s: -sub and -parking are required", cmd)
 	}
-	sub, closeAll, err := c.openSubscription(ctx)
+	client, err := c.connect(ctx)
 	if err != nil {
 		return nil, nil, c.fail("%s: %v", cmd, err)
 	}
-	return sub, closeAll, exitOK
+	sub, err := c.openSubscription(ctx, client)
+	if err != nil {
+		_ = client.Close()
+		return nil, nil, c.fail("%s: %v", cmd, err)
+	}
+	return sub, func() { _ = client.Close() }, exitOK
 }
 
-// openSubscription connects and opens the subscription with its parking
-// topic, which must exist: Open would create a missing one, and a
-// mistyped name would then show nothing parked.
-func (c *command) openSubscription(ctx context.Context) (*subscriber.Subscription, func(), error) {
-	client, err := c.connect(ctx)
+// openSubscription checks, in that order, that the server answers, that
+// the subscription exists in the project, and that its control topic
+// and -parking's topic do, so that each mistake is named as what it is:
+// Open would create missing topics, and a mistyped name would then show
+// nothing parked.
+func (c *command) openSubscription(ctx context.Context, client *pubsub.Client) (*subscriber.Subscription, error) {
+	subName, parking, control := c.names(client)
+	var got *pubsubpb.Subscription
+	err := c.reach(ctx, func(ctx context.Context) (err error) {
+		got, err = client.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: subName})
+		return err
+	})
+	if status.Code(err) == codes.NotFound {
+		return nil, fmt.Errorf("no subscription %s: check -sub, and the project (-project or GOOGLE_CLOUD_PROJECT)", subName)
+	}
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	topic := c.parking
-	if !strings.HasPrefix(topic, "projects/") {
-		topic = "projects/" + client.Project() + "/topics/" + topic
+	if err := c.checkParking(ctx, client, got, parking, control); err != nil {
+		return nil, err
 	}
-	if _, err := client.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: topic}); err != nil {
-		_ = client.Close()
+	// parkctl serves no push request: a push subscription's authentication
+	// is the service's business, and its warnings are not the operator's.
+	opts := []subscriber.Option{subscriber.WithParking(c.f.parking), subscriber.WithLogger(slog.New(slog.DiscardHandler))}
+	if pc := got.GetPushConfig(); pc.GetPushEndpoint() != "" && pc.GetOidcToken() == nil {
+		opts = append(opts, subscriber.WithUnauthenticatedPush())
+	}
+	return subscriber.Open(ctx, client, subName, opts...)
+}
+
+// checkParking checks that sub parks: its control topic exists, and
+// -parking names another topic that exists.
+func (c *command) checkParking(ctx context.Context, client *pubsub.Client, sub *pubsubpb.Subscription, parking, control string) error {
+	switch parking {
+	case control:
+		return fmt.Errorf("-parking %s is the subscription's control topic: name the topic its WithParking names", parking)
+	case sub.GetTopic():
+		return fmt.Errorf("-parking %s is the topic the subscription reads: name the topic its WithParking names", parking)
+	}
+	exists := func(topic string) (bool, error) {
+		_, err := client.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: topic})
 		if status.Code(err) == codes.NotFound {
-			return nil, nil, fmt.Errorf("no parking topic %s: -parking must name the topic the subscription parks to", topic)
+			return false, nil
 		}
-		return nil, nil, err
+		return err == nil, err
 	}
-	sub, err := subscriber.Open(ctx, client, c.sub, subscriber.WithParking(c.parking))
-	if err != nil {
-		_ = client.Close()
-		return nil, nil, err
+	switch ok, err := exists(control); {
+	case err != nil:
+		return err
+	case !ok:
+		return fmt.Errorf("%s has never parked a key: no control topic %s (is it received with WithParking?)", sub.GetName(), control)
 	}
-	return sub, func() { _ = client.Close() }, nil
+	switch ok, err := exists(parking); {
+	case err != nil:
+		return err
+	case !ok:
+		return fmt.Errorf("no parking topic %s: -parking must name the topic the subscription parks to", parking)
+	}
+	return nil
 }
 
-// list prints the parked keys.
-func (c *command) list(ctx context.Context, args []string) int {
-	if len(args) > 0 {
-		return c.usageError("list takes no arguments")
+// oneArg checks that cmd was given exactly one argument, what.
+func (c *command) oneArg(cmd, what string, args []string) (string, int) {
+	if len(args) != 1 {
+		return "", c.usageError("%s takes one %s, not %d arguments", cmd, what, len(args))
 	}
-	sub, closeAll, code := c.open(ctx, "list")
-	if code != exitOK {
-		return code
-	}
-	defer closeAll()
-	keys, err := sub.Parked(ctx)
-	if err != nil {
-		return c.fail("list: %v", err)
-	}
-	if len(keys) == 0 {
-		fmt.Fprintf(c.out, "no key of %s is parked\n", sub.Name())
-		return exitOK
-	}
-	now := time.Now()
-	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "KEY\tPARKED SINCE\tMESSAGES\tSTATE\tMESSAGE\tLAST ERROR")
-	for _, k := range keys {
-		fmt.Fprintf(w, "%s\t%s (%s ago)\t%d\t%s\t%s\t%s\n", k.Key, k.Since.UTC().Format(time.RFC3339),
-			now.Sub(k.Since).Round(time.Second), k.Messages, state(k, now), k.MessageID, oneLine(k.LastError))
-	}
-	if err := w.Flush(); err != nil {
-		return c.fail("list: %v", err)
-	}
-	return exitOK
-}
-
-// state says where the release of k stands.
-func state(k subscriber.ParkedKey, now time.Time) string {
-	s := "parked"
-	if k.Releasing {
-		s = "releasing"
-	}
-	if !k.ReleaseRequested.IsZero() {
-		s += fmt.Sprintf(", release requested %s ago by %s", now.Sub(k.ReleaseRequested).Round(time.Second), k.ReleaseRequestedBy)
-	}
-	return s
-}
-
-// oneLine keeps an error on its table line.
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
-
-// release asks for a key's release and, unless -wait=false, waits for it.
-func (c *command) release(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("release", flag.ContinueOnError)
-	fs.SetOutput(c.errOut)
-	timeout := fs.Duration("timeout", 5*time.Minute, "how long to wait for the release")
-	wait := fs.Bool("wait", true, "wait until the key is released; with false, return once the request is recorded")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
-	}
-	if fs.NArg() != 1 {
-		return c.usageError("release takes one key")
-	}
-	key := fs.Arg(0)
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	sub, closeAll, code := c.open(ctx, "release")
-	if code != exitOK {
-		return code
-	}
-	defer closeAll()
-	if !*wait {
-		if err := sub.RequestRelease(ctx, key); err != nil {
-			return c.fail("release of %q: %v", key, err)
-		}
-		fmt.Fprintf(c.out, "release of %q requested: a Receive of %s carries it out\n", key, sub.Name())
-		return exitOK
-	}
-	switch err := sub.Release(ctx, key); {
-	case err == nil:
-		fmt.Fprintf(c.out, "released %q: its parked messages ran, in order, and it is unparked\n", key)
-		return exitOK
-	case errors.Is(err, subscriber.ErrParkedAgain):
-		return c.fail("%v\nthe key stays parked; release it again once the cause is fixed", err)
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return c.fail("release of %q: not carried out (%v, -timeout %v); the request stays recorded, for a Receive of %s to carry out (parkctl list shows it)", key, err, *timeout, sub.Name())
-	default:
-		return c.fail("release of %q: %v", key, err)
-	}
+	return args[0], exitOK
 }

@@ -1,13 +1,23 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
+	"errors"
+	"io"
 	"maps"
+	"os"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/keyorder/keyorder/ordering"
 	"github.com/keyorder/keyorder/subscriber"
@@ -47,56 +57,89 @@ func lineOf(d *subscriber.Delivery) line {
 
 // replay writes what a topic retains as JSON lines.
 func (c *command) replay(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
-	fs.SetOutput(c.errOut)
-	fromFlag := fs.String("from", "", "replay from this time, RFC 3339 (default the oldest message retained)")
-	since := fs.Duration("since", 0, "replay from this long ago")
-	quiet := fs.Duration("quiet", subscriber.DefaultQuietPeriod, "end once nothing has arrived for this long")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	topic, code := c.oneArg("replay", "topic", args)
+	if code != exitOK {
+		return code
 	}
-	if fs.NArg() != 1 {
-		return c.usageError("replay takes one topic")
-	}
-	var from time.Time
-	switch {
-	case *fromFlag != "" && *since != 0:
-		return c.usageError("replay: -from or -since, not both")
-	case *fromFlag != "":
-		t, err := time.Parse(time.RFC3339Nano, *fromFlag)
-		if err != nil {
-			return c.usageError("replay: -from: %v", err)
-		}
-		from = t
-	case *since > 0:
-		from = time.Now().Add(-*since)
+	from, code := c.replayFrom()
+	if code != exitOK {
+		return code
 	}
 	client, err := c.connect(ctx)
 	if err != nil {
 		return c.fail("replay: %v", err)
 	}
 	defer client.Close()
-	enc := json.NewEncoder(c.out)
-	enc.SetEscapeHTML(false) // for people and jq, not for a web page
-	w := &lineWriter{enc: enc}
-	err = subscriber.Replay(ctx, client, fs.Arg(0), from, func(_ context.Context, d *subscriber.Delivery) error {
-		return w.write(lineOf(d))
-	}, subscriber.WithQuietPeriod(*quiet))
-	if err != nil {
-		return c.fail("replay of %s: %v", fs.Arg(0), err)
+	err = c.reach(ctx, func(ctx context.Context) error {
+		_, err := client.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: fullTopic(client, topic)})
+		return err
+	})
+	if status.Code(err) == codes.NotFound {
+		return c.fail("replay: no topic %s: check the topic, and the project (-project or GOOGLE_CLOUD_PROJECT)", fullTopic(client, topic))
 	}
-	return exitOK
+	if err != nil {
+		return c.fail("replay of %s: %v", topic, err)
+	}
+	w := &lineWriter{out: c.out}
+	err = subscriber.Replay(ctx, client, topic, from, func(_ context.Context, d *subscriber.Delivery) error {
+		return w.write(lineOf(d))
+	}, subscriber.WithQuietPeriod(c.f.quiet))
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrClosed):
+		return exitOK // the reader has all it wants (| head); Replay deleted its subscription
+	}
+	return c.fail("replay of %s: %v", topic, err)
+}
+
+// replayFrom returns where -from or -since start the replay, zero for
+// the oldest message retained.
+func (c *command) replayFrom() (time.Time, int) {
+	switch {
+	case c.f.set["from"] && c.f.set["since"]:
+		return time.Time{}, c.usageError("replay: -from or -since, not both")
+	case c.f.set["since"] && c.f.since <= 0:
+		return time.Time{}, c.usageError("replay: -since %v: need a duration more than 0 (leave -since out to replay all that is retained)", c.f.since)
+	case c.f.quiet <= 0:
+		return time.Time{}, c.usageError("replay: -quiet %v: need more than 0", c.f.quiet)
+	case c.f.set["since"]:
+		return time.Now().Add(-c.f.since), exitOK
+	case c.f.from != "":
+		t, err := time.Parse(time.RFC3339Nano, c.f.from)
+		if err != nil {
+			return time.Time{}, c.usageError("replay: -from: %v", err)
+		}
+		return t, exitOK
+	}
+	return time.Time{}, exitOK
+}
+
+// fullTopic returns topic's full name in client's project.
+func fullTopic(client *pubsub.Client, topic string) string {
+	if strings.HasPrefix(topic, "projects/") {
+		return topic
+	}
+	return "projects/" + client.Project() + "/topics/" + topic
 }
 
 // lineWriter writes lines from the handlers Replay runs at once, one
 // whole line at a time: a key's lines in the order its handler calls ran.
+// A line's control characters are escaped, C1 ones included.
 type lineWriter struct {
-	mu  sync.Mutex // guards enc
-	enc *json.Encoder
+	mu  sync.Mutex // guards out
+	out io.Writer
 }
 
 func (w *lineWriter) write(l line) error {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // for people and jq, not for a web page
+	if err := enc.Encode(l); err != nil {
+		return err
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.enc.Encode(l)
+	_, err := w.out.Write(inertJSON(b.Bytes()))
+	return err
 }

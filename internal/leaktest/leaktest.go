@@ -1,30 +1,21 @@
 // Package leaktest checks that a test package leaves no goroutines behind,
-// ignoring the few that Pub/Sub's dependencies start once per process.
+// ignoring the few that Pub/Sub's dependencies start once per process:
+// those orderingtest.IgnoreGoroutines lists, for users as for keyorder.
 package leaktest
 
 import (
 	"testing"
 
 	"go.uber.org/goleak"
-)
 
-// processWide lists goroutines of the official client and its
-// dependencies that outlive every call we make, so are not ours to stop.
-var processWide = []goleak.Option{
-	// opencensus starts its stats worker in an init function.
-	goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
-	// The official client's stream keep-alive loop checks for shutdown
-	// only between ticks of its ping timers, so it outlives the Receive
-	// call that started it by up to 10 s (pubsub v2
-	// iterator.go, streamKeepAliveHandler).
-	goleak.IgnoreTopFunction("cloud.google.com/go/pubsub/v2.(*messageIterator).streamKeepAliveHandler"),
-}
+	"github.com/keyorder/keyorder/ordering/orderingtest"
+)
 
 // VerifyTestMain runs the package's tests and fails the run if any
 // goroutine other than the process-wide ones is still running afterwards.
 // Use it as the body of TestMain.
 func VerifyTestMain(m *testing.M, opts ...goleak.Option) {
-	goleak.VerifyTestMain(m, append(opts, processWide...)...)
+	goleak.VerifyTestMain(m, append(opts, orderingtest.IgnoreGoroutines()...)...)
 }
 
 // Verify fails t if goroutines other than the process-wide ones are
@@ -33,5 +24,5 @@ func VerifyTestMain(m *testing.M, opts ...goleak.Option) {
 // pass goleak.IgnoreCurrent() taken at the test's start.
 func Verify(t testing.TB, opts ...goleak.Option) {
 	t.Helper()
-	goleak.VerifyNone(t, append(opts, processWide...)...)
+	goleak.VerifyNone(t, append(opts, orderingtest.IgnoreGoroutines()...)...)
 }

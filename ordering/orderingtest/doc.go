@@ -192,7 +192,8 @@
 // # Not modelled
 //
 // Snapshots; filters beyond attribute equality and presence; BigQuery and
-// Cloud Storage subscriptions; schemas and message transforms; UpdateTopic;
+// Cloud Storage subscriptions; schemas and message transforms; UpdateTopic
+// of fields other than labels and message retention;
 // retry policy backoff on pull (redelivery is immediate there); the expiry
 // of idle subscriptions (the expiration policy is reported, never applied);
 // the expiry of unacknowledged messages after the subscription's

@@ -46,6 +46,13 @@ const (
 	// before this kind refuse it, as any kind they do not know, and
 	// change nothing.
 	Request Kind = "release-request"
+	// Withdraw ends the pending Request on Key's park ParkID, the key
+	// staying parked. Refused unless Key is parked under ParkID with a
+	// request pending and no releaser's claim fresher than the lease: a
+	// release that runs is stopped by its Receive, not by the log.
+	// Processes of versions before this kind refuse it, and so still see
+	// the request pending.
+	Withdraw Kind = "release-withdraw"
 )
 
 // The log's own kinds, which writers do not record.

@@ -13,7 +13,7 @@ import (
 // so a field's name never changes. The expected lines were written by
 // the code before the log had a package of its own; those of Request, and
 // of a park's pending request in a snapshot, were added with them, and
-// change none of the others.
+// Withdraw's after; they change none of the others.
 func TestWireFormat(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
@@ -54,6 +54,8 @@ func TestWireFormat(t *testing.T) {
 			`{"kind":"unpark","by":"r2","seq":4,"key":"k","park":"p1","n":2}`},
 		{written(Event{Kind: Request, Key: "k", ParkID: "p1", From: "parkctl on ops-1 (pid 42)"}, "r4", 1),
 			`{"kind":"release-request","by":"r4","seq":1,"key":"k","park":"p1","from":"parkctl on ops-1 (pid 42)"}`},
+		{written(Event{Kind: Withdraw, Key: "k", ParkID: "p1"}, "r5", 2),
+			`{"kind":"release-withdraw","by":"r5","seq":2,"key":"k","park":"p1"}`},
 		{&event{Kind: evMarker, By: "r1", Seq: 5},
 			`{"kind":"marker","by":"r1","seq":5}`},
 		{&event{Kind: evSnapshotBegin, By: "r1", Seq: 6, Nonce: "n1"},

@@ -182,6 +182,10 @@ func (s *ctlState) apply(ev *event, at time.Time) Verdict {
 			rec.Requested, rec.Requester = at, cmp.Or(ev.From, ev.By)
 			s.requested[rec.Key] = true
 		}
+	case Withdraw:
+		if ok = matches && !rec.Requested.IsZero() && (rec.Owner == "" || at.Sub(rec.Beat) > s.lease); ok {
+			s.endRequest(rec)
+		}
 	case evMarker:
 		ok = true
 	}

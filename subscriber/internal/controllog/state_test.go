@@ -115,6 +115,23 @@ func TestCtlStateVerdicts(t *testing.T) {
 			assert.Empty(t, s.pendingReleases())
 			assert.Empty(t, s.requested)
 		}},
+		{"withdrawn requests", []logStep{
+			{ev: event{Kind: Withdraw, Key: k, Park: "p1", By: "o1"}, applied: false}, // not parked
+			{ev: event{Kind: Park, Key: k, Park: "p1"}, applied: true, park: "p1"},
+			{ev: event{Kind: Withdraw, Key: k, Park: "p1", By: "o1"}, applied: false, park: "p1"}, // nothing pending
+			{ev: event{Kind: Request, Key: k, Park: "p1", By: "o1", From: "ops"}, applied: true, park: "p1"},
+			{ev: event{Kind: Withdraw, Key: k, Park: "p9", By: "o1"}, applied: false, park: "p1"}, // another park
+			{ev: event{Kind: Withdraw, Key: k, Park: "p1", By: "o2"}, after: time.Second, applied: true, park: "p1"},
+			{ev: event{Kind: Withdraw, Key: k, Park: "p1", By: "o2"}, after: time.Second, applied: false, park: "p1"}, // done already
+			{ev: event{Kind: Request, Key: k, Park: "p1", By: "o1", From: "ops"}, after: 2 * time.Second, applied: true, park: "p1"},
+			{ev: event{Kind: Claim, Key: k, Park: "p1", By: "a"}, after: 2 * time.Second, applied: true, park: "p1"},
+			{ev: event{Kind: Withdraw, Key: k, Park: "p1", By: "o1"}, after: 2*time.Second + testLease, applied: false, park: "p1"}, // a release runs
+			{ev: event{Kind: Withdraw, Key: k, Park: "p1", By: "o1"}, after: 3*time.Second + testLease, applied: true, park: "p1"},  // its claim lapsed
+		}, func(t *testing.T, s *ctlState) {
+			assert.Empty(t, s.pendingReleases())
+			assert.Zero(t, s.record(k).Requested)
+			assert.Equal(t, []Summary{{Key: k, Since: start, Releasing: true}}, s.list(), "the key stays parked")
+		}},
 		{"a kind from a later version", []logStep{
 			{ev: event{Kind: Park, Key: k, Park: "p1"}, applied: true, park: "p1"},
 			{ev: event{Kind: "compact", Key: k, Park: "p1", By: "a", IDs: []string{"m1"}}, applied: false, park: "p1"},

@@ -1,0 +1,84 @@
+package subscriber
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/keyorder/keyorder/subscriber/internal/controllog"
+)
+
+// WithdrawRelease withdraws the release request pending on key (made by
+// [Subscription.RequestRelease], or by a [Subscription.Release] where no
+// Receive runs), before a Receive carries it out: the key stays parked
+// with its messages, and no Receive starts its release, until a new
+// request or a Release. It is what an operator does on finding that the
+// fix is not deployed after all. A Release waiting on the request returns
+// an error matching [ErrParkedAgain], with the key's last error.
+//
+// A release that a Receive has already begun cannot be withdrawn: it
+// runs each message once, in order, and only that Receive can stop it,
+// by stopping. So WithdrawRelease returns an error matching
+// [ErrReleasing] while a release of the key runs, on any process (one
+// whose process died is taken over after 30 s without a sign of life, and
+// can be withdrawn then). Every process receiving the subscription must
+// run a version of this package that knows withdrawals: an older one
+// still sees the request pending, and carries it out.
+//
+// WithdrawRelease works with or without a Receive on s. It returns an
+// error matching [ErrNotParked] when the key is not parked, [ErrNoRequest]
+// when no request is pending on it, [ErrNoParking] without
+// [WithParking], ctx.Err() if ctx ends first, and the service's error if
+// the control log cannot be read or written.
+func (s *Subscription) WithdrawRelease(ctx context.Context, key string) error {
+	if s == nil {
+		return invalid("WithdrawRelease on a nil Subscription")
+	}
+	if s.parking == nil {
+		return ErrNoParking
+	}
+	if r := s.current.Load(); r != nil && r.park != nil {
+		// The running Receive's log, once synced, is caught up.
+		err := r.park.sync(ctx)
+		if err == nil {
+			err = withdrawRequest(ctx, r.park.log, key)
+		}
+		if !errors.Is(err, ErrNotReceiving) {
+			return err
+		}
+	}
+	lg, err := s.openLog(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = lg.Close() }()
+	return withdrawRequest(ctx, lg, key)
+}
+
+// withdrawRequest records the withdrawal of the request pending on key's
+// park in lg, whose state must be caught up. A refusal is explained by
+// the state the log applied it to, which its verdict is no older than.
+func withdrawRequest(ctx context.Context, lg *controllog.Log, key string) error {
+	rec := lg.Lookup(key)
+	if rec == nil {
+		return fmt.Errorf("%w: %q", ErrNotParked, key)
+	}
+	if rec.Requested.IsZero() {
+		return fmt.Errorf("%w: %q", ErrNoRequest, key)
+	}
+	v, err := lg.Record(ctx, controllog.Event{Kind: controllog.Withdraw, Key: key, ParkID: rec.ParkID})
+	switch {
+	case err != nil:
+		return err
+	case v.Applied:
+		return nil
+	}
+	switch now := lg.Lookup(key); {
+	case now == nil || now.ParkID != rec.ParkID:
+		return fmt.Errorf("%w: %q (released meanwhile)", ErrNotParked, key)
+	case now.Requested.IsZero():
+		return fmt.Errorf("%w: %q (it ended meanwhile)", ErrNoRequest, key)
+	default:
+		return fmt.Errorf("%w: %q: a release runs; it cannot be withdrawn", ErrReleasing, key)
+	}
+}
