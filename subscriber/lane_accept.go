@@ -22,7 +22,7 @@ func (l *lane) accept(j *job, now time.Time) outcome {
 		}
 	}
 	if r.park != nil && l.key != "" {
-		r.park.accept(l) // park_lane.go: the barrier
+		r.park.accept(l) // lane_park.go: the barrier
 	}
 	if prior := r.tries.prior(id); prior.failures >= r.cfg.maxAttempts {
 		// It failed for good on an earlier delivery: one call per

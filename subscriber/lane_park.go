@@ -55,7 +55,7 @@ func (p *parking) accept(l *lane) {
 		// parked it, before the service sent j. A fence taken for an
 		// earlier delivery that did not stay (one nacked for room) is
 		// too early for j; none is needed while the view is fresh.
-		pk.fence = p.b.arrived(time.Now())
+		pk.fence = p.b.Arrived(time.Now())
 	}
 }
 
@@ -79,7 +79,7 @@ func (p *parking) divert(l *lane) bool {
 	park := p.log.View().ParkID(l.key)
 	if park == "" && pk.failed == nil {
 		if pk.fence != 0 {
-			if p.b.wait(l) {
+			if p.b.Wait(pk.fence, l.unfence) {
 				pk.waiting, l.active = true, true
 				return true
 			}
@@ -184,14 +184,14 @@ func (p *parking) move(ctx context.Context, key string, jobs []*job, park string
 // ripen waits, before what was parked of key is acked, until the park is
 // the parking wait old by this process's clock, from when it learned of
 // it: only then may the key's next message go to another process, whose
-// view is then sure to hold the park (park_barrier.go). It returns
+// view is then sure to hold the park (internal/barrier). It returns
 // ctx.Err() if ctx ends first; the flight's deliveries are then not acked.
 func (p *parking) ripen(ctx context.Context, key string) error {
 	seen := p.log.View().Seen(key)
 	if seen.IsZero() {
 		seen = time.Now() // unparked meanwhile: wait the whole bound
 	}
-	wait := p.b.window - time.Since(seen)
+	wait := p.b.Window() - time.Since(seen)
 	if wait <= 0 {
 		return nil
 	}

@@ -74,7 +74,7 @@ const (
 
 var callOutcomes = [3]string{"ok", "error", "panic"}
 
-// A gaugeSource tells what the gauges report; Receive provides it (census.go).
+// A gaugeSource tells what the gauges report; Receive provides it (lane_census.go).
 type gaugeSource func() (held, queued int, oldest time.Duration)
 
 // newRecorder returns the recorder of a Receive of s, whose gauges report

@@ -55,7 +55,7 @@ type config struct {
 	topicRetention time.Duration        // for a topic created; 0 for none (subscription.go)
 	push           pushOptions          // push.go
 	parking        string               // the parking topic; "" for none (park.go)
-	parkingWait    time.Duration        // park_barrier.go
+	parkingWait    time.Duration        // internal/barrier
 	parkingWaitSet bool                 // WithParkingWait was given
 }
 

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/keyorder/keyorder/publisher"
+	"github.com/keyorder/keyorder/subscriber/internal/barrier"
 	"github.com/keyorder/keyorder/subscriber/internal/controllog"
 )
 
@@ -29,14 +30,15 @@ import (
 // forward, a release's claim, progress, stop and unpark) and reads their
 // verdicts, its view of the parked keys, and its markers' round trips.
 // This file holds the Receive's part, the parking component, and the
-// topics it needs; park_lane.go the hooks the lanes call and the flights
+// topics it needs; lane_park.go the hooks the lanes call and the flights
 // that move a key's deliveries to the parking topic; park_barrier.go the
-// barrier, whose markers go through the log; and park_release.go Parked
+// barrier's markers, which go through the log (internal/barrier is the
+// barrier itself); and park_release.go Parked
 // and Release, and park_request.go the release requests Receives carry out.
 //
 // A lane's deliveries go through the parking component in three places:
 //   - accept: a delivery of a key the lane was not holding anything of
-//     waits for the barrier (park_barrier.go), so that it cannot run
+//     waits for the barrier (internal/barrier), so that it cannot run
 //     before the Receive has seen a park of its key by another process;
 //     one of a message released from parking lately is acked unrun.
 //   - next: a lane whose key is parked, or that has just failed for good,
@@ -142,7 +144,7 @@ type parking struct {
 	topics *parkingTopics
 	log    *controllog.Log
 	out    *publisher.Publisher // copies to the parking topic
-	b      barrier
+	b      *barrier.Barrier
 
 	// ops bounds publishes and waits; cancelled when a shutdown has
 	// waited the drain timeout for flights, and at stop.
@@ -189,8 +191,7 @@ func startParking(ctx context.Context, r *receiver) (context.Context, error) {
 		return nil, fmt.Errorf("keyorder/subscriber: replaying the parking control log: %w", err)
 	}
 	p := &parking{r: r, topics: r.s.parking, log: lg, out: out, stopLoop: make(chan struct{}), loopDone: make(chan struct{})}
-	p.b.kick = make(chan struct{}, 1)
-	p.b.base, p.b.window = time.Now(), r.cfg.parkingWait
+	p.b = barrier.New(r.cfg.parkingWait)
 	p.ops, p.cancelOps = context.WithCancel(context.Background())
 	rctx, cancel := context.WithCancelCause(ctx)
 	p.fail = cancel
@@ -217,11 +218,11 @@ func (p *parking) run() {
 			p.fail(fmt.Errorf("keyorder/subscriber: following the parking control log: %w", p.log.Err()))
 			<-p.stopLoop
 			return
-		case <-p.b.kick:
+		case <-p.b.Kick():
 		case <-refresh.C:
 		}
 		p.barrierRound()
-		if d, ok := p.b.nextRefresh(time.Now()); ok {
+		if d, ok := p.b.NextRefresh(time.Now()); ok {
 			refresh.Reset(d)
 		}
 	}

@@ -86,7 +86,7 @@ func TestParkingMarkersFollowNewKeys(t *testing.T) {
 // TestParkingWaitsBeforeItsAck: what a park moves to the parking topic is
 // acked no sooner than the parking wait after the process learned of the
 // park, so that the key's next message reaches another process only once
-// the park is that old (park_barrier.go).
+// the park is that old (internal/barrier).
 func TestParkingWaitsBeforeItsAck(t *testing.T) {
 	t.Parallel()
 	const wait = 600 * time.Millisecond

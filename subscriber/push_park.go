@@ -14,7 +14,7 @@ import (
 // steps as a delivery to a lane that holds nothing of its key (the service
 // keeps one message of a key outstanding, so every push is one):
 //
-//  1. The barrier (park_barrier.go): the push waits for a marker unless a
+//  1. The barrier (internal/barrier): the push waits for a marker unless a
 //     marker sent within the parking wait has come back.
 //  2. If the view shows the key parked, the message moves to the parking
 //     topic (parking.move) and is acked: 204.
@@ -144,7 +144,7 @@ var errParkingLost = errors.New("keyorder/subscriber: the parking control log is
 // reports whether j was parked, and so is to be acked, or, with an error,
 // that it could not be told.
 func (p *parking) divertPush(ctx context.Context, j *job) (bool, error) {
-	if fence := p.b.arrived(time.Now()); fence != 0 {
+	if fence := p.b.Arrived(time.Now()); fence != 0 {
 		if err := p.syncTo(ctx, fence); err != nil {
 			return false, err
 		}

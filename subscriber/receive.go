@@ -119,7 +119,7 @@ type receiver struct {
 	clock          clock             // retry and hold timers
 	confirm        *confirmer        // exactly-once subscriptions only: watches ack answers
 	obs            *recorder         // metrics and logs (observe.go)
-	census         census            // scratch for Stats (census.go)
+	census         census            // scratch for Stats (lane_census.go)
 	park           *parking          // with WithParking, else nil (park.go)
 	ending         ending            // what the shutdown nacks once the streams close (shutdown.go)
 }
