@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -77,7 +78,7 @@ func (s *Subscription) askRelease(ctx context.Context, key string, wait bool) er
 	if err != nil || !wait {
 		return err
 	}
-	return req.await(ctx, lg)
+	return awaitRequest(ctx, lg, req)
 }
 
 // openLog opens the subscription's control log for a program that runs
@@ -100,76 +101,36 @@ var asker = sync.OnceValue(func() string {
 	return fmt.Sprintf("%s on %s (pid %d)", prog, host, os.Getpid())
 })
 
-// A request is a release request recorded on a park, as the log holds
-// it: the request pending there when it was recorded, which a request
-// made earlier may have been.
-type request struct {
-	key, park string
-	at        time.Time // when the pending request was made; zero if it had ended
-	by        string
-}
-
 // recordRequest records a request for the release of key's park in lg,
-// whose state must be caught up, and returns it.
-func recordRequest(ctx context.Context, lg *controllog.Log, key string) (request, error) {
-	for {
-		rec := lg.Lookup(key)
-		if rec == nil {
-			return request{}, fmt.Errorf("%w: %q", ErrNotParked, key)
-		}
-		v, err := lg.Record(ctx, controllog.Event{Kind: controllog.Request, Key: key, ParkID: rec.ParkID, From: asker()})
-		if err != nil {
-			return request{}, err
-		}
-		if !v.Applied {
-			continue // the park ended meanwhile: ask about the key as it is now
-		}
-		req := request{key: key, park: rec.ParkID}
-		if p := pendingOn(lg, key, req.park); p != nil {
-			req.at, req.by = p.Requested, p.Requester
-		}
-		return req, nil
-	}
+// whose state must be caught up (controllog.Log.Ask), and returns it.
+func recordRequest(ctx context.Context, lg *controllog.Log, key string) (controllog.Asked, error) {
+	req, err := lg.Ask(ctx, key, asker())
+	return req, fromLog(err)
 }
 
-// pendingOn returns the request pending on key's park park in lg, nil if
-// none is.
-func pendingOn(lg *controllog.Log, key, park string) *controllog.PendingRelease {
-	for _, p := range lg.PendingReleases() {
-		if p.Key == key && p.ParkID == park {
-			return &p
-		}
+// awaitRequest waits for req's outcome in lg (controllog.Log.Await), as
+// Release returns it.
+func awaitRequest(ctx context.Context, lg *controllog.Log, req controllog.Asked) error {
+	err := lg.Await(ctx, req)
+	if ended, ok := errors.AsType[*controllog.RequestEnded](err); ok {
+		return fmt.Errorf("%w: %q at message %s: %w", ErrParkedAgain, req.Key, ended.Msg, errors.New(ended.Err))
 	}
-	return nil
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("keyorder/subscriber: %w", err)
+	}
+	return err
 }
 
-// await waits until the request has ended in lg, and returns how: nil once
-// the park has ended, an error matching ErrParkedAgain if a released
-// message failed for good again, or ctx.Err() if ctx ends first.
-func (req request) await(ctx context.Context, lg *controllog.Log) error {
-	for {
-		changed := lg.Changes()
-		// The requests first, then the view: a request gone from a park
-		// that has not ended failed; the view is no older than the list.
-		p := pendingOn(lg, req.key, req.park)
-		switch {
-		case lg.View().ParkID(req.key) != req.park:
-			return nil // unparked
-		case p == nil || !p.Requested.Equal(req.at) || p.Requester != req.by:
-			rec := lg.Lookup(req.key)
-			if rec == nil || rec.ParkID != req.park {
-				return nil
-			}
-			return fmt.Errorf("%w: %q at message %s: %w", ErrParkedAgain, req.key, rec.Msg, errors.New(rec.Err))
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-lg.Gone():
-			return fmt.Errorf("keyorder/subscriber: following the parking control log: %w", lg.Err())
+// fromLog turns the control log's protocol errors into the subscriber's.
+func fromLog(err error) error {
+	for _, m := range [...]struct{ log, sub error }{
+		{controllog.ErrNotParked, ErrNotParked}, {controllog.ErrNoRequest, ErrNoRequest}, {controllog.ErrReleasing, ErrReleasing},
+	} {
+		if errors.Is(err, m.log) {
+			return fmt.Errorf("%w%s", m.sub, strings.TrimPrefix(err.Error(), m.log.Error()))
 		}
 	}
+	return err
 }
 
 // startRequests starts the Receive's watch of release requests, counted in
@@ -221,24 +182,13 @@ func (p *parking) serveRequests() {
 func (p *parking) claimRequests(rt *requestRuns) (next time.Time, ok bool) {
 	pending := p.log.PendingReleases()
 	rt.forgetBut(pending)
-	now := time.Now()
-	for _, pr := range pending {
-		at := rt.after(pr.Key)
-		if pr.Owner != "" && pr.Owner != p.log.ID() {
-			// Another releaser's claim: it may lapse, if its process died.
-			at = later(at, pr.Beat.Add(releaseLease))
-		}
-		if now.Before(at) {
-			if next.IsZero() || at.Before(next) {
-				next = at
-			}
-			continue
-		}
+	claim, next := controllog.Claimable(pending, p.log.ID(), releaseLease, time.Now(), rt.after)
+	for _, pr := range claim {
 		switch err := p.rel.enter(pr.Key); {
 		case errors.Is(err, ErrNotReceiving):
 			return time.Time{}, false
 		case err != nil:
-			continue // a release of the key runs here already
+			continue // a release of the key runs here already; its end wakes the watch
 		}
 		go p.carryOut(pr, rt)
 	}
@@ -264,7 +214,7 @@ func (p *parking) carryOut(pr controllog.PendingRelease, rt *requestRuns) {
 		}
 	}()
 	err = p.sync(p.ops)
-	if err == nil && pendingOn(p.log, pr.Key, pr.ParkID) != nil {
+	if err == nil && p.log.Pending(pr.Key, pr.ParkID) != nil {
 		err = p.claimAndRun(p.ops, pr.Key)
 	}
 }
@@ -324,12 +274,4 @@ func (rt *requestRuns) forgetBut(pending []controllog.PendingRelease) {
 			delete(rt.retryAt, key)
 		}
 	}
-}
-
-// later returns the later of a and b.
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }

@@ -3,7 +3,6 @@ package subscriber
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/keyorder/keyorder/subscriber/internal/controllog"
 )
@@ -56,29 +55,7 @@ func (s *Subscription) WithdrawRelease(ctx context.Context, key string) error {
 }
 
 // withdrawRequest records the withdrawal of the request pending on key's
-// park in lg, whose state must be caught up. A refusal is explained by
-// the state the log applied it to, which its verdict is no older than.
+// park in lg, whose state must be caught up (controllog.Log.Withdraw).
 func withdrawRequest(ctx context.Context, lg *controllog.Log, key string) error {
-	rec := lg.Lookup(key)
-	if rec == nil {
-		return fmt.Errorf("%w: %q", ErrNotParked, key)
-	}
-	if rec.Requested.IsZero() {
-		return fmt.Errorf("%w: %q", ErrNoRequest, key)
-	}
-	v, err := lg.Record(ctx, controllog.Event{Kind: controllog.Withdraw, Key: key, ParkID: rec.ParkID})
-	switch {
-	case err != nil:
-		return err
-	case v.Applied:
-		return nil
-	}
-	switch now := lg.Lookup(key); {
-	case now == nil || now.ParkID != rec.ParkID:
-		return fmt.Errorf("%w: %q (released meanwhile)", ErrNotParked, key)
-	case now.Requested.IsZero():
-		return fmt.Errorf("%w: %q (it ended meanwhile)", ErrNoRequest, key)
-	default:
-		return fmt.Errorf("%w: %q: a release runs; it cannot be withdrawn", ErrReleasing, key)
-	}
+	return fromLog(lg.Withdraw(ctx, key))
 }
