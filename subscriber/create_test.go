@@ -3,10 +3,8 @@ package subscriber_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +12,9 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/internal/leaktest"
@@ -22,35 +23,6 @@ import (
 )
 
 func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
-
-const testTimeout = 30 * time.Second
-
-func testContext(t testing.TB) context.Context { return harness.Context(t, testTimeout) }
-
-var seq atomic.Int64
-
-// names returns fresh topic and subscription IDs.
-func names() (topic, sub string) {
-	n := seq.Add(1)
-	return fmt.Sprintf("topic-%d", n), fmt.Sprintf("sub-%d", n)
-}
-
-// createDirectly creates sub's topic, the other topics named, and sub
-// itself through the admin API, bypassing keyorder.
-func createDirectly(t *testing.T, c *pubsub.Client, sub *pubsubpb.Subscription, topics ...string) {
-	t.Helper()
-	ctx := testContext(t)
-	for _, tp := range append([]string{sub.Topic}, topics...) {
-		_, err := c.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: tp})
-		require.NoError(t, err)
-	}
-	_, err := c.SubscriptionAdminClient.CreateSubscription(ctx, sub)
-	require.NoError(t, err)
-}
-
-func path(c *pubsub.Client, kind, id string) string {
-	return "projects/" + c.Project() + "/" + kind + "/" + id
-}
 
 func TestCreateWithTopicCreatesWhatIsMissing(t *testing.T) {
 	t.Parallel()
@@ -271,4 +243,49 @@ func TestTopicRetentionOfAnExistingTopic(t *testing.T) {
 	assert.Equal(t, "WARN", recs[0]["level"])
 	assert.Contains(t, recs[0]["msg"], "keeps its own message retention")
 	assert.Equal(t, path(client, "topics", topic), recs[0]["topic"])
+}
+
+// TestNoParkingOrDeadLetteringOntoItsOwnTopic: a subscription that parks
+// or dead-letters onto its own topic would receive its failures again as
+// new messages, without end. Both are refused with ErrInvalidConfig, by ID
+// or full name, before anything is created.
+func TestNoParkingOrDeadLetteringOntoItsOwnTopic(t *testing.T) {
+	t.Parallel()
+	srv, client := harness.Fake(t)
+	ctx := testContext(t)
+	for _, tc := range []struct {
+		name string
+		opt  func(topic string) subscriber.Option
+	}{
+		{"parking", func(topic string) subscriber.Option { return subscriber.WithParking(topic) }},
+		{"parking by full name", func(topic string) subscriber.Option { return subscriber.WithParking(path(client, "topics", topic)) }},
+		{"dead-lettering", func(topic string) subscriber.Option { return subscriber.WithDeadLetterPolicy(topic, 5) }},
+		{"dead-lettering by full name", func(topic string) subscriber.Option {
+			return subscriber.WithDeadLetterPolicy(path(client, "topics", topic), 5)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			topic, subID := names()
+			_, err := subscriber.CreateWithTopic(ctx, client, topic, subID, tc.opt(topic))
+			require.ErrorIs(t, err, subscriber.ErrInvalidConfig)
+			_, err = client.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: path(client, "topics", topic)})
+			assert.Equal(t, codes.NotFound, status.Code(err), "the topic was not created")
+			assert.Empty(t, srv.Subscriptions())
+		})
+	}
+	t.Run("Open with parking", func(t *testing.T) {
+		topic, subID := names()
+		// The topic retains messages, as a parking topic must.
+		_, err := client.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{
+			Name: path(client, "topics", topic), MessageRetentionDuration: durationpb.New(time.Hour)})
+		require.NoError(t, err)
+		s, err := subscriber.CreateWithTopic(ctx, client, topic, subID)
+		require.NoError(t, err)
+		topicsBefore := topicIDs(t, client)
+		_, err = subscriber.Open(ctx, client, subID, subscriber.WithParking(topic))
+		require.ErrorIs(t, err, subscriber.ErrInvalidConfig)
+		assert.Equal(t, topicsBefore, topicIDs(t, client), "no control topic was created")
+		_, err = subscriber.Open(ctx, client, s.Name(), subscriber.WithParking(s.Topic()))
+		require.ErrorIs(t, err, subscriber.ErrInvalidConfig)
+	})
 }

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -135,22 +134,6 @@ func TestPushShowsFailures(t *testing.T) {
 	assert.EqualValues(t, 1, e.sub.Stats().Failed)
 }
 
-// awaitEvent returns the next event of kind from events, skipping others.
-func awaitEvent(t *testing.T, events <-chan subscriber.KeyEvent, kind subscriber.KeyEventKind) subscriber.KeyEvent {
-	t.Helper()
-	deadline := time.After(testTimeout)
-	for {
-		select {
-		case ev := <-events:
-			if ev.Kind == kind {
-				return ev
-			}
-		case <-deadline:
-			t.Fatalf("no %v event", kind)
-		}
-	}
-}
-
 // TestPushParkingWinsOverDeadLettering: on a push subscription with
 // parking and a dead-letter policy, a message that keeps failing is parked
 // on the delivery the policy would dead-letter, rather than answered 500:
@@ -228,18 +211,6 @@ func TestUnwrappedPushRedriven(t *testing.T) {
 	_, data := rec.snapshot()
 	assert.Equal(t, []string{"k/5", "k/3"}, data, "the redriven k/3 ran")
 	assert.Zero(t, s.Stats().Duplicates)
-}
-
-// publishAttrs publishes one message of key with data and attrs through
-// the official client, as a redrive does.
-func publishAttrs(t *testing.T, client *pubsub.Client, topic, key, data string, attrs map[string]string) {
-	t.Helper()
-	ctx := testContext(t)
-	p := client.Publisher(topic)
-	p.EnableMessageOrdering = true
-	defer p.Stop()
-	_, err := p.Publish(ctx, &pubsub.Message{Data: []byte(data), OrderingKey: key, Attributes: attrs}).Get(ctx)
-	require.NoError(t, err)
 }
 
 // TestParkedCopyAckFails: on an exactly-once subscription with parking, a

@@ -87,13 +87,3 @@ func TestExactlyOnceFailedAckRunsAgain(t *testing.T) {
 	assert.Equal(t, 1, countOf(calls, "k/1"))
 	assert.Equal(t, 1, countOf(calls, "k/3"), "k/3's ack was final: the service does not send it again")
 }
-
-func countOf(list []string, s string) int {
-	n := 0
-	for _, x := range list {
-		if x == s {
-			n++
-		}
-	}
-	return n
-}

@@ -4,23 +4,22 @@ import (
 	"context"
 	"fmt"
 
-	"cloud.google.com/go/pubsub/v2"
 	"errors"
 	"sync"
 	"testing"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/ordering/orderingtest"
+	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/subscriber"
 )
-
-var errInjected = errors.New("injected handler failure")
-
-// fast keeps retries short in tests.
-var fast = subscriber.WithBackoff(time.Millisecond, 2*time.Millisecond)
 
 // TestFailureHoldsKey checks S5 on the faithful fake: key-3's fifth message
 // fails, twice in place then again after each redelivery, until every
@@ -244,4 +243,59 @@ func TestDedupCanBeTurnedOff(t *testing.T) {
 	for i := 1; i <= 10; i++ {
 		assert.Equal(t, 2, calls[fmt.Sprintf("key-0/%d", i)], "key-0/%d", i)
 	}
+}
+
+// TestUnorderedSubscriptionDoesNotHold checks S8: on an unordered
+// subscription a failure does not hold its key. key-0/2 is published alone
+// and fails until the rest of its key, published after its first failure,
+// has succeeded; with a hold, those would be nacked for as long as key-0/2
+// fails, and the test would time out.
+func TestUnorderedSubscriptionDoesNotHold(t *testing.T) {
+	t.Parallel()
+	_, client := harness.Fake(t)
+	ctx := testContext(t)
+	topic, subID := names()
+	createDirectly(t, client, &pubsubpb.Subscription{
+		Name: path(client, "subscriptions", subID), Topic: path(client, "topics", topic),
+	})
+	s, err := subscriber.CreateWithTopic(ctx, client, topic, subID, subscriber.WithMaxAttempts(1))
+	require.NoError(t, err)
+	require.False(t, s.Ordered())
+	p, err := publisher.New(client, topic)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, p.Close(ctx)) }()
+	publish := func(data string) {
+		_, err := p.Publish(ctx, &publisher.Message{Data: []byte(data)}, publisher.WithOrderingKey("key-0")).Get(ctx)
+		require.NoError(t, err)
+	}
+	publish("key-0/2")
+
+	c := &calls{ch: make(chan struct{}, 1)}
+	// succeeded signals on c.ch too: the wait below checks it after each signal.
+	succeeded := &calls{ch: c.ch}
+	others := func() bool {
+		list := succeeded.snapshot()
+		return contains(list, "key-0/3") && contains(list, "key-0/4") && contains(list, "key-0/5")
+	}
+	failedOnce := make(chan struct{})
+	var once sync.Once
+	go func() {
+		<-failedOnce
+		for _, d := range []string{"key-0/3", "key-0/4", "key-0/5"} {
+			publish(d)
+		}
+	}()
+	receiveWhile(t, s, c, func(_ context.Context, d *subscriber.Delivery) error {
+		assert.Equal(t, "key-0", d.Headers["partition-key"], "S2 holds on unordered subscriptions too")
+		c.add(d)
+		if string(d.Data) == "key-0/2" && !others() {
+			once.Do(func() { close(failedOnce) })
+			return errInjected
+		}
+		succeeded.add(d)
+		return nil
+	}, func([]string) bool { return contains(succeeded.snapshot(), "key-0/2") })
+
+	list := succeeded.snapshot()
+	assert.Equal(t, "key-0/2", list[len(list)-1], "key-0/2 succeeded last: %v", c.snapshot())
 }

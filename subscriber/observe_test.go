@@ -19,29 +19,6 @@ import (
 // subAttr names the subscription in each data point.
 const subAttr = "messaging.destination.subscription.name"
 
-// records returns the records of logs whose subscription is sub.
-func records(t *testing.T, logs *metrictest.Log, sub string) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for _, rec := range logs.Records(t) {
-		if rec["subscription"] == sub {
-			out = append(out, rec)
-		}
-	}
-	return out
-}
-
-// count returns how many of recs have level and msg.
-func count(recs []map[string]any, level, msg string) int {
-	n := 0
-	for _, r := range recs {
-		if r["level"] == level && r["msg"] == msg {
-			n++
-		}
-	}
-	return n
-}
-
 // TestObservability runs a scripted Receive on the faithful fake, with an
 // SDK meter provider and a JSON logger, and checks each instrument and log
 // line against what the script did: 4 keys of 10 messages; key-1/3 fails

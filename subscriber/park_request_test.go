@@ -16,23 +16,6 @@ import (
 	"github.com/keyorder/keyorder/subscriber"
 )
 
-// awaitRequested waits until Parked, through e.sub, shows a release of key
-// requested, and returns the key as it shows it.
-func (e parkEnv) awaitRequested(t *testing.T, key string) subscriber.ParkedKey {
-	t.Helper()
-	return e.awaitKey(t, key, "a release requested", func(k subscriber.ParkedKey) bool { return !k.ReleaseRequested.IsZero() })
-}
-
-// awaitDone waits until the tracker has seen every message it expects.
-func awaitDone(t *testing.T, tr *tracker, key string) {
-	t.Helper()
-	select {
-	case <-tr.done:
-	case <-time.After(testTimeout):
-		t.Fatalf("%s has %d processed", key, tr.processed(key))
-	}
-}
-
 // TestReleaseFromAnotherProcess: an operator's program, a Subscription
 // that runs no Receive, releases a key that another process parked. Its
 // Release records a request in the control log and waits; the other

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -25,45 +24,6 @@ import (
 	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/subscriber"
 )
-
-// parkEnv is a fakeEnv whose subscription parks keys.
-type parkEnv struct {
-	fakeEnv
-	parkTopic string // full name
-}
-
-func newParkEnv(t *testing.T, fopts []orderingtest.Option, sopts ...subscriber.Option) parkEnv {
-	t.Helper()
-	topic, _ := names()
-	park := "parked-" + topic
-	e := newFakeEnv(t, fopts, append([]subscriber.Option{subscriber.WithParking(park), fast}, sopts...)...)
-	return parkEnv{fakeEnv: e, parkTopic: path(e.client, "topics", park)}
-}
-
-// parkedData returns the data of the messages on the parking topic, in
-// the order they were stored.
-func (e parkEnv) parkedData() []string {
-	var out []string
-	for _, m := range e.srv.Messages(e.parkTopic) {
-		out = append(out, string(m.Data))
-	}
-	return out
-}
-
-// describe says what e holds, for a failure message.
-func (e parkEnv) describe() string {
-	list, err := e.sub.Parked(context.Background())
-	return fmt.Sprintf("parked %+v %v; parking topic %v; server %+v; subscriber %+v", list, err, e.parkedData(), e.srv.Stats(e.sub.Name()), e.sub.Stats())
-}
-
-// seqs returns "key/from" .. "key/to".
-func seqs(key string, from, to int) []string {
-	var out []string
-	for i := from; i <= to; i++ {
-		out = append(out, fmt.Sprintf("%s/%d", key, i))
-	}
-	return out
-}
 
 // TestParkingPoisonMidKey: key-2's fourth message is poison. The key's
 // first three messages run; the poison message and the six after it are
@@ -147,80 +107,6 @@ func TestParkingPoisonMidKey(t *testing.T) {
 	}
 }
 
-// publishSeqs publishes messages from..to of key, in order, and waits for
-// them.
-func (e fakeEnv) publishSeqs(t *testing.T, key string, from, to int) {
-	t.Helper()
-	ctx := testContext(t)
-	p, err := publisher.New(e.client, e.topic)
-	require.NoError(t, err)
-	var results []*publisher.Result
-	for _, data := range seqs(key, from, to) {
-		results = append(results, p.Publish(ctx, &publisher.Message{Data: []byte(data)}, publisher.WithOrderingKey(key)))
-	}
-	for _, r := range results {
-		_, err := r.Get(ctx)
-		require.NoError(t, err)
-	}
-	require.NoError(t, p.Close(ctx))
-}
-
-// start runs s.Receive with h until the returned stop is called, which
-// waits for it and checks it returned nil. The test fails if Receive
-// returns early.
-func start(t *testing.T, s *subscriber.Subscription, h subscriber.Handler) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Receive(ctx, h) }()
-	stopped := false
-	stop = func() {
-		t.Helper()
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(testTimeout):
-			t.Fatal("Receive did not return")
-		}
-	}
-	t.Cleanup(stop)
-	return stop
-}
-
-// awaitParked waits until Parked, through e.sub, lists key parked with n
-// messages.
-func (e parkEnv) awaitParked(t *testing.T, key string, n int) subscriber.ParkedKey {
-	t.Helper()
-	return e.awaitKey(t, key, fmt.Sprintf("%d messages parked", n), func(k subscriber.ParkedKey) bool { return k.Messages == n })
-}
-
-// awaitKey waits until Parked, through e.sub, lists key as cond wants it,
-// and returns it as listed; what says what is awaited, for a failure.
-func (e parkEnv) awaitKey(t *testing.T, key, what string, cond func(subscriber.ParkedKey) bool) subscriber.ParkedKey {
-	t.Helper()
-	ctx := testContext(t)
-	var got subscriber.ParkedKey
-	require.NoError(t, e.srv.WaitFor(ctx, func() bool {
-		list, err := e.sub.Parked(ctx)
-		if err != nil {
-			return false
-		}
-		for _, k := range list {
-			if k.Key == key && cond(k) {
-				got = k
-				return true
-			}
-		}
-		return false
-	}), "%s never had %s: %v", key, what, e.describe())
-	return got
-}
-
 // TestReleaseAfterTheFix: key-1 parks at its fourth message; five more of
 // its messages are published and parked behind it. Once the handler is
 // fixed, Release runs the seven parked messages, once each, in order, and
@@ -298,15 +184,6 @@ func TestReleaseAfterTheFix(t *testing.T) {
 	st := e.sub.Stats()
 	assert.Equal(t, int64(12), st.Parked)
 	assert.Equal(t, int64(12), st.Released)
-}
-
-// reopen opens e's subscription again, through client, as another
-// process would, parking on the same topic.
-func (e parkEnv) reopen(t *testing.T, client *pubsub.Client, sopts ...subscriber.Option) *subscriber.Subscription {
-	t.Helper()
-	s, err := subscriber.Open(testContext(t), client, e.sub.Name(), append([]subscriber.Option{subscriber.WithParking(e.parkTopic), fast}, sopts...)...)
-	require.NoError(t, err)
-	return s
 }
 
 // TestRestartWhileParked: key-0 parks, and Receive stops. A new

@@ -1,9 +1,7 @@
 package subscriber_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -23,49 +21,6 @@ import (
 	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/subscriber"
 )
-
-// pusher is the service account the tests' push subscriptions sign as.
-const pusher = "pusher@keyorder-test.iam.gserviceaccount.com"
-
-// pushEnv is the faithful fake with a topic and an ordered push
-// subscription on it, authenticated, whose endpoint is served by the
-// subscription's PushHandler on an httptest server.
-type pushEnv struct {
-	fakeEnv
-	web      *httptest.Server
-	endpoint string // the push endpoint's URL, the tokens' audience
-	mux      *http.ServeMux
-}
-
-// newPushEnv makes a pushEnv whose endpoint runs h. The subscription's
-// retry policy is short, so that a failed message comes back quickly.
-func newPushEnv(t *testing.T, h subscriber.Handler, sopts ...subscriber.Option) pushEnv {
-	t.Helper()
-	e := newPushSub(t, sopts...)
-	e.mux.Handle("/push", e.sub.PushHandler(h))
-	t.Cleanup(func() { require.NoError(t, e.sub.Close(context.Background())) })
-	return e
-}
-
-// newPushSub makes a pushEnv whose endpoint is not mounted yet.
-func newPushSub(t *testing.T, sopts ...subscriber.Option) pushEnv {
-	t.Helper()
-	srv, client := harness.Fake(t)
-	mux := http.NewServeMux()
-	web := httptest.NewServer(mux)
-	t.Cleanup(web.Close)
-	validator, err := srv.TokenValidator(testContext(t))
-	require.NoError(t, err)
-	topic, subID := names()
-	endpoint := web.URL + "/push"
-	opts := append([]subscriber.Option{
-		subscriber.WithPush(endpoint), subscriber.WithPushAuth(pusher, ""), subscriber.WithTokenValidator(validator),
-		subscriber.WithRetryPolicy(0, 0), fast,
-	}, sopts...)
-	s, err := subscriber.CreateWithTopic(testContext(t), client, topic, subID, opts...)
-	require.NoError(t, err)
-	return pushEnv{fakeEnv: fakeEnv{srv: srv, client: client, topic: s.Topic(), sub: s}, web: web, endpoint: endpoint, mux: mux}
-}
 
 // TestPushOrder: many keys pushed at once, one of them failing in the
 // middle, twice, before it succeeds. Every message runs once, in order per
@@ -120,32 +75,6 @@ func TestPushCopies(t *testing.T) {
 	require.NoError(t, e.srv.WaitFor(testContext(t), func() bool { return e.srv.Stats(e.sub.Name()).Acked == stored }))
 	tr.verify(t)
 	assert.EqualValues(t, stored-len(keys)*perKey, e.sub.Stats().Duplicates)
-}
-
-// pushBody is the envelope of a push of data on key to sub.
-func pushBody(t *testing.T, sub, id, key, data string) []byte {
-	t.Helper()
-	body, err := json.Marshal(map[string]any{
-		"message":      map[string]any{"data": []byte(data), "messageId": id, "orderingKey": key, "publishTime": time.Now().Format(time.RFC3339Nano)},
-		"subscription": sub,
-	})
-	require.NoError(t, err)
-	return body
-}
-
-// post sends a push request to e's endpoint with the given token ("" for
-// none) and returns the status.
-func (e pushEnv) post(t *testing.T, method, token string, body []byte) int {
-	t.Helper()
-	req, err := http.NewRequestWithContext(testContext(t), method, e.endpoint, bytes.NewReader(body))
-	require.NoError(t, err)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	res, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	_ = res.Body.Close()
-	return res.StatusCode
 }
 
 // TestPushRefusesStrangers: only a request with a valid Google-signed
@@ -395,23 +324,6 @@ func TestPushHandlerMisuse(t *testing.T) {
 	assert.Panics(t, func() { e.sub.PushHandler(h) })
 	pull := newFakeEnv(t, nil)
 	assert.Panics(t, func() { pull.sub.PushHandler(h) })
-}
-
-// newParkingPushEnv is a pushEnv that parks, whose handler is tr's and
-// fails k/2 for good until fixed is set; pe is the same env seen as a
-// parkEnv.
-func newParkingPushEnv(t *testing.T, tr *tracker) (e pushEnv, pe parkEnv, fixed *atomic.Bool) {
-	t.Helper()
-	topic, _ := names()
-	park := "parked-" + topic
-	fixed = new(atomic.Bool)
-	e = newPushEnv(t, tr.handler(func(_ context.Context, d *subscriber.Delivery) error {
-		if string(d.Data) == "k/2" && !fixed.Load() {
-			return subscriber.Permanent(errInjected)
-		}
-		return nil
-	}), subscriber.WithParking(park), subscriber.WithParkingWait(100*time.Millisecond))
-	return e, parkEnv{fakeEnv: e.fakeEnv, parkTopic: path(e.client, "topics", park)}, fixed
 }
 
 // TestPushParking: on a push subscription with parking, a message that

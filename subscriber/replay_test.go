@@ -80,19 +80,6 @@ func (e replayEnv) replay(ctx context.Context, from time.Time, h subscriber.Hand
 	return done
 }
 
-// await returns the result of a call running on another goroutine, such
-// as Replay's or Release's, or fails the test after testTimeout.
-func await(t *testing.T, done <-chan error) error {
-	t.Helper()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(testTimeout):
-		t.Fatalf("no result in %v", testTimeout)
-		return nil
-	}
-}
-
 // TestReplay reads a topic from the middle of its history while messages
 // are published, deliveries are duplicated, a key's tail is redelivered
 // and the streams break: the handler must see every message published
@@ -395,5 +382,27 @@ func TestReplayGap(t *testing.T) {
 	assert.Equal(t, "acct", gaps[0].Key)
 	assert.Equal(t, "p-1", gaps[0].Producer)
 	assert.Equal(t, [2]uint64{6, 7}, [2]uint64{gaps[0].From, gaps[0].To})
+	e.requireNoSubscription(t)
+}
+
+// TestReplayDoesNotPark: Replay takes Receive's options, but its failure
+// policy is its own: the first failure stops it. WithParking does not
+// apply: no control topic is made, and nothing is copied to the parking
+// topic.
+func TestReplayDoesNotPark(t *testing.T) {
+	t.Parallel()
+	e := newReplayEnv(t, time.Hour)
+	e.publish(t, keyNames(2), 1, 3, "")
+	before := topicIDs(t, e.client)
+	err := await(t, e.replay(testContext(t), time.Time{}, func(_ context.Context, d *subscriber.Delivery) error {
+		if string(d.Data) == "key-1/2" {
+			return subscriber.Permanent(errInjected)
+		}
+		return nil
+	}, subscriber.WithParking("parked"), subscriber.WithParkingWait(testParkingWait), subscriber.WithMaxAttempts(1), fast))
+	var re *subscriber.ReplayError
+	require.ErrorAs(t, err, &re)
+	assert.Equal(t, "key-1", re.Key)
+	assert.Equal(t, before, topicIDs(t, e.client), "Replay made no topic")
 	e.requireNoSubscription(t)
 }

@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"cloud.google.com/go/pubsub/v2"
 	"github.com/stretchr/testify/assert"
@@ -18,34 +21,6 @@ import (
 	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/subscriber"
 )
-
-// stamped is one message to publish with a stamp set by hand, as a
-// producer that stamps its messages would.
-type stamped struct {
-	key, data string
-	stamp     ordering.Stamp
-}
-
-// publishStamped publishes msgs in order through the official client with
-// message ordering, and returns each one's publish error.
-func publishStamped(t *testing.T, client *pubsub.Client, topic string, msgs []stamped) []error {
-	t.Helper()
-	ctx := testContext(t)
-	p := client.Publisher(topic)
-	p.EnableMessageOrdering = true
-	defer p.Stop()
-	results := make([]*pubsub.PublishResult, len(msgs))
-	for i, m := range msgs {
-		attrs := map[string]string{}
-		m.stamp.Put(attrs)
-		results[i] = p.Publish(ctx, &pubsub.Message{Data: []byte(m.data), OrderingKey: m.key, Attributes: attrs})
-	}
-	errs := make([]error, len(msgs))
-	for i, r := range results {
-		_, errs[i] = r.Get(ctx)
-	}
-	return errs
-}
 
 // sequence returns perKey messages for each key, interleaved, with data
 // "key/i" and stamp i of producer, except for the keys in two, whose odd
@@ -225,4 +200,174 @@ func TestSequenceWindowInvalid(t *testing.T) {
 	topic, sub := names()
 	_, err := subscriber.CreateWithTopic(testContext(t), client, topic, sub, subscriber.WithSequenceWindow(-1))
 	require.ErrorIs(t, err, subscriber.ErrInvalidConfig)
+}
+
+// TestReleaseChecksSequences: k/2 parks its key; behind it are parked
+// k/3, a copy of k/2 that the service stored twice, and k/5, after a
+// number that was never stored. Release runs the parked messages through
+// the same rules as Receive (S12): the copy is skipped, and the gap before
+// k/5 is reported.
+func TestReleaseChecksSequences(t *testing.T) {
+	t.Parallel()
+	gaps := make(chan subscriber.Gap, 10)
+	e := newParkEnv(t, nil, subscriber.WithGapHandler(func(g subscriber.Gap) { gaps <- g }))
+	st := func(n uint64) ordering.Stamp { return ordering.Stamp{Producer: "p", Seq: n} }
+	for _, err := range publishStamped(t, e.client, e.topic, []stamped{
+		{"k", "k/1", st(1)}, {"k", "k/2", st(2)}, {"k", "k/3", st(3)}, {"k", "k/2", st(2)}, {"k", "k/5", st(5)},
+	}) {
+		require.NoError(t, err)
+	}
+	var broken atomic.Bool
+	broken.Store(true)
+	rec := &seqRecorder{}
+	stop := start(t, e.sub, func(_ context.Context, d *subscriber.Delivery) error {
+		if d.Seq == 2 && broken.Load() {
+			return subscriber.Permanent(errInjected)
+		}
+		rec.add(d)
+		return nil
+	})
+	e.awaitParked(t, "k", 4)
+	broken.Store(false)
+	require.NoError(t, e.sub.Release(testContext(t), "k"))
+	stop()
+	seqs, _ := rec.snapshot()
+	assert.Equal(t, []uint64{1, 2, 3, 5}, seqs, "the copy of 2 runs no second time")
+	assert.Equal(t, int64(1), e.sub.Stats().Duplicates)
+	require.Len(t, gaps, 1)
+	g := <-gaps
+	assert.Equal(t, uint64(4), g.From)
+	assert.Equal(t, uint64(4), g.To)
+	assert.Equal(t, uint64(5), g.Seq)
+}
+
+// TestExactlyOnceUndoneAckWithStamps: on an exactly-once subscription the
+// ack of k/1 fails while k/2 runs. k/1 was not processed as far as the
+// service knows, so when it comes back it runs again, stamp or not: a
+// number whose ack was undone is owed, not a copy (S12).
+func TestExactlyOnceUndoneAckWithStamps(t *testing.T) {
+	t.Parallel()
+	srv, client := harness.Fake(t, orderingtest.WithAckDeadline(300*time.Millisecond))
+	topic, subID := names()
+	s, err := subscriber.CreateWithTopic(testContext(t), client, topic, subID, subscriber.WithExactlyOnceDelivery())
+	require.NoError(t, err)
+	e := fakeEnv{srv: srv, client: client, topic: s.Topic(), sub: s}
+	e.publish(t, []string{"k"}, 2) // stamped by keyorder's publisher
+	refused := srv.FailAcks(orderingtest.Data("k/1"), orderingtest.PermanentAckFailure, 1)
+
+	rec := &seqRecorder{}
+	ranTwice := make(chan struct{})
+	var once sync.Once
+	stop := start(t, s, func(ctx context.Context, d *subscriber.Delivery) error {
+		rec.add(d)
+		_, data := rec.snapshot()
+		switch {
+		case string(d.Data) == "k/2" && countOf(data, "k/2") == 1:
+			// k/1's ack is refused while this runs.
+			if err := poll(ctx, func() bool { return s.Stats().AckFailed > 0 }); err != nil {
+				return err
+			}
+		case countOf(data, "k/1") == 2:
+			once.Do(func() { close(ranTwice) })
+		}
+		return nil
+	})
+	select {
+	case <-ranTwice:
+	case <-time.After(testTimeout):
+		_, data := rec.snapshot()
+		t.Fatalf("k/1 did not run again after its ack was refused: calls %v, stats %+v", data, s.Stats())
+	}
+	stop()
+	assert.Equal(t, 1, refused.Hits())
+	assert.Zero(t, s.Stats().Duplicates, "k/1 was not taken for a copy")
+}
+
+// TestRedrivenDeadLetterRuns: k/2 fails until it is dead-lettered, and
+// k/3 runs after it, with k/2's number reported as a gap. Once the fix
+// ships, an operator republishes k/2 from the dead-letter topic with its
+// attributes, stamp included. A number reported missing is not a copy
+// when it arrives: k/2 runs (S12).
+func TestRedrivenDeadLetterRuns(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	gaps := make(chan subscriber.Gap, 10)
+	e, deadTopic := newDeadLetterEnv(t, nil, subscriber.WithMaxAttempts(1), fast,
+		subscriber.WithGapHandler(func(g subscriber.Gap) { gaps <- g }))
+	srv, client, s := e.srv, e.client, e.sub
+	e.publish(t, []string{"k"}, 3)
+
+	var fixed atomic.Bool
+	rec := &seqRecorder{}
+	stop := start(t, s, func(_ context.Context, d *subscriber.Delivery) error {
+		if string(d.Data) == "k/2" && !fixed.Load() {
+			return errInjected
+		}
+		rec.add(d)
+		return nil
+	})
+	require.NoError(t, srv.WaitFor(ctx, func() bool {
+		_, data := rec.snapshot()
+		return len(srv.Messages(deadTopic)) == 1 && countOf(data, "k/3") == 1
+	}), "k/2 is dead-lettered and k/3 runs")
+	require.Len(t, gaps, 1, "k/2's number is reported missing")
+
+	fixed.Store(true)
+	dead := srv.Messages(deadTopic)[0]
+	p := client.Publisher(e.topic)
+	p.EnableMessageOrdering = true
+	defer p.Stop()
+	_, err := p.Publish(ctx, &pubsub.Message{Data: dead.Data, Attributes: dead.Attributes, OrderingKey: dead.OrderingKey}).Get(ctx)
+	require.NoError(t, err)
+	require.NoError(t, srv.WaitFor(ctx, func() bool {
+		_, data := rec.snapshot()
+		return countOf(data, "k/2") == 1
+	}), "the redriven k/2 runs: stats %+v", s.Stats())
+	stop()
+	seqs, _ := rec.snapshot()
+	epoch, _ := ordering.SplitSeq(seqs[0])
+	assert.Equal(t, []uint64{ordering.MakeSeq(epoch, 1), ordering.MakeSeq(epoch, 3), ordering.MakeSeq(epoch, 2)}, seqs)
+	assert.Zero(t, s.Stats().Duplicates)
+}
+
+// TestGapHandlerExits: a gap handler that exits its goroutine, as
+// t.FailNow does, changes nothing of the message after the gap: the gap is
+// reported once the message has run and been settled, so it runs once,
+// is acked, and costs no attempt (S11, S5). With WithMaxAttempts(1) a gap
+// handler judged before the call would fail the message for good unrun.
+func TestGapHandlerExits(t *testing.T) {
+	t.Parallel()
+	var exited atomic.Bool
+	e := newFakeEnv(t, nil, fast, subscriber.WithMaxAttempts(1), subscriber.WithGapHandler(func(subscriber.Gap) {
+		if exited.CompareAndSwap(false, true) {
+			runtime.Goexit()
+		}
+	}))
+	st := func(n uint64) ordering.Stamp { return ordering.Stamp{Producer: "p", Seq: n} }
+	for _, err := range publishStamped(t, e.client, e.topic, []stamped{{"k", "k/1", st(1)}, {"k", "k/3", st(3)}}) {
+		require.NoError(t, err)
+	}
+	rec := &seqRecorder{}
+	got := make(chan struct{})
+	stop := start(t, e.sub, func(_ context.Context, d *subscriber.Delivery) error {
+		rec.add(d)
+		if d.Seq == 3 {
+			close(got)
+		}
+		return nil
+	})
+	select {
+	case <-got:
+	case <-time.After(testTimeout):
+		t.Fatalf("k/3 did not run: %+v", e.sub.Stats())
+	}
+	stop()
+	seqs, _ := rec.snapshot()
+	assert.Equal(t, []uint64{1, 3}, seqs)
+	assert.True(t, exited.Load())
+	stats := e.sub.Stats()
+	assert.Zero(t, stats.Retried, "the exit cost k/3 no attempt")
+	assert.Zero(t, stats.Failed, "nor failed it")
+	assert.EqualValues(t, 2, stats.Acked)
+	assert.EqualValues(t, 1, stats.Gaps)
 }

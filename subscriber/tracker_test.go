@@ -9,67 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"cloud.google.com/go/pubsub/v2"
 	"github.com/stretchr/testify/require"
 
-	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/ordering/orderingtest"
-	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/subscriber"
 )
-
-// fakeEnv is an ordering-faithful fake server with a topic, a keyorder
-// subscription on it and a publisher, for one test.
-type fakeEnv struct {
-	srv    *orderingtest.Server
-	client *pubsub.Client
-	topic  string // full names
-	sub    *subscriber.Subscription
-}
-
-func newFakeEnv(t *testing.T, fopts []orderingtest.Option, sopts ...subscriber.Option) fakeEnv {
-	t.Helper()
-	srv, client := harness.Fake(t, fopts...)
-	topic, subID := names()
-	s, err := subscriber.CreateWithTopic(testContext(t), client, topic, subID, sopts...)
-	require.NoError(t, err)
-	return fakeEnv{srv: srv, client: client, topic: s.Topic(), sub: s}
-}
-
-// publish sends perKey messages to each key, interleaved, with data
-// "key/seq" and seq counting from 1, and waits for them.
-func (e fakeEnv) publish(t *testing.T, keys []string, perKey int) {
-	t.Helper()
-	publishRange(t, e.client, e.topic, keys, 1, perKey, "")
-}
-
-// publishRange sends messages first..last of each key to topic,
-// interleaved, with data prefix+"key/seq", and waits for them.
-func publishRange(t *testing.T, client *pubsub.Client, topic string, keys []string, first, last int, prefix string) {
-	t.Helper()
-	ctx := testContext(t)
-	p, err := publisher.New(client, topic)
-	require.NoError(t, err)
-	var results []*publisher.Result
-	for i := first; i <= last; i++ {
-		for _, k := range keys {
-			results = append(results, p.Publish(ctx, &publisher.Message{Data: []byte(fmt.Sprintf("%s%s/%d", prefix, k, i))}, publisher.WithOrderingKey(k)))
-		}
-	}
-	for _, r := range results {
-		_, err := r.Get(ctx)
-		require.NoError(t, err)
-	}
-	require.NoError(t, p.Close(ctx))
-}
-
-func keyNames(n int) []string {
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("key-%d", i)
-	}
-	return keys
-}
 
 // tracker checks, call by call, that every handler call for a key is that
 // key's next unprocessed message and that a key's calls never overlap, and

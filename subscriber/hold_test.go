@@ -337,19 +337,3 @@ func TestHeldKeysAndEvents(t *testing.T) {
 	assert.Positive(t, st.NackedTail, "the key's tail was nacked with its failed message")
 	assert.True(t, errors.Is(events[0].Err, errInjected))
 }
-
-// poll waits until cond holds, checking it every millisecond, or returns
-// ctx.Err(). It is for conditions nothing signals, such as a delivery
-// reaching Receive.
-func poll(ctx context.Context, cond func() bool) error {
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
-}
