@@ -234,19 +234,11 @@ func benchmarkPaired(b *testing.B, settings pubsub.PublishSettings, round int) {
 		b.Cleanup(func() { _ = p.Close(context.Background()) })
 		return p
 	}
-	seqs := make([]uint64, keys)
-	stamped := func(i int) map[string]string {
-		attrs := make(map[string]string, len(headers)+ordering.StampAttributes)
-		maps.Copy(attrs, headers)
-		seqs[i%keys]++
-		ordering.Stamp{Producer: "hhdykhhlphu4lp74gooygvqsmq", Seq: ordering.MakeSeq(1, uint32(seqs[i%keys]))}.Put(attrs)
-		return attrs
-	}
 	keyorder := keyorderSide(b, "keyorder", newPublisher(), round, names)
 	keyorder.base = "official-stamped"
 	takeTurns(b, round, &publishRPCs, []side{
 		officialSide(b, "official", official(), round, names, func(int) map[string]string { return headers }),
-		officialSide(b, "official-stamped", official(), round, names, stamped),
+		officialSide(b, "official-stamped", official(), round, names, stampedBy(keys, headers)),
 		keyorder,
 		keyorderSide(b, "keyorder-unstamped", newPublisher(publisher.WithoutStamps()), round, names),
 	})

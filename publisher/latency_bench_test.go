@@ -19,8 +19,9 @@ import (
 // answers each Publish 25 ms after it arrives (orderingtest.WithLatency).
 // A round is a burst of 50 messages on each of 200 keys, published
 // round-robin with default settings and waited for; each op is a round of
-// the official client, keyorder stamped and keyorder unstamped, in turns
-// (see takeTurns). Run it with a fixed count of ops, such as
+// the official client, the official client carrying a stamp made by hand,
+// keyorder stamped and keyorder unstamped, in turns (see takeTurns), with
+// ratios as in BenchmarkPublishPaired. Run it with a fixed count of ops, such as
 // -benchtime=20x.
 //
 // With default settings a key's next batch gathers while its previous one
@@ -53,10 +54,16 @@ func BenchmarkPublishLatency(b *testing.B) {
 		b.Cleanup(func() { _ = p.Close(context.Background()) })
 		return p
 	}
+	officialStamped := client.Publisher(topic)
+	officialStamped.EnableMessageOrdering = true
+	defer officialStamped.Stop()
 	n := keys * perKey
+	keyorder := keyorderSide(b, "keyorder", newPublisher(), n, names)
+	keyorder.base = "official-stamped"
 	takeTurns(b, n, &rpcs, []side{
 		officialSide(b, "official", official, n, names, func(int) map[string]string { return headers }),
-		keyorderSide(b, "keyorder", newPublisher(), n, names),
+		officialSide(b, "official-stamped", officialStamped, n, names, stampedBy(keys, headers)),
+		keyorder,
 		keyorderSide(b, "keyorder-unstamped", newPublisher(publisher.WithoutStamps()), n, names),
 	})
 }
