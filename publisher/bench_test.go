@@ -181,19 +181,22 @@ func (m perMessage) report(b *testing.B, msgs int) {
 
 // BenchmarkPublishPaired measures what BenchmarkPublish and
 // BenchmarkPublishBatches do, on a machine whose load changes from second
-// to second: each op is a pair of rounds, one through each client, taking
-// turns to go first, so that both sides meet the same load. ratio is
-// keyorder's msgs/s over the official client's, over the whole run; run it
-// with a fixed count of pairs, such as -benchtime=20x.
+// to second: each op is a round of each side, in turns (see takeTurns), so
+// that every side meets the same load. Run it with a fixed count of ops,
+// such as -benchtime=20x.
 //
 //   - burst: a round is 100,000 messages over 1000 keys with default
 //     settings, as BenchmarkPublish.
 //   - batches: a round is 10 messages for each of 1000 keys, in batches of
-//     exactly 10, as BenchmarkPublishBatches.
+//     exactly 10, as BenchmarkPublishBatches, so that every side sends the
+//     same requests and differs only by what it spends per message.
 //
-// publish-ns/msg is the time spent in Publish calls. With default settings
-// the loop that calls Publish sets how many messages of a key gather while
-// its previous batch is in flight, hence msgs/rpc.
+// The sides are the official client, the official client carrying a stamp
+// made by hand (as a caller without keyorder would), keyorder stamped (the
+// default) and keyorder unstamped. keyorder's ratios are taken against the
+// official client with a stamp, and unstamped against the official client
+// without: cpu-ratio-keyorder-unstamped, less 1, is keyorder's own work as
+// a share of the official client's.
 func BenchmarkPublishPaired(b *testing.B) {
 	batches := pubsub.DefaultPublishSettings
 	batches.CountThreshold = 10
@@ -213,83 +216,32 @@ func BenchmarkPublishPaired(b *testing.B) {
 func benchmarkPaired(b *testing.B, settings pubsub.PublishSettings, round int) {
 	const keys = 1000
 	e := newEnv(b, discardPublishes())
-	ctx := context.Background()
 	names := keyNames(keys, "customer-%d")
-	data := make([]byte, 128)
 	headers := map[string]string{"kind": "order-created"}
 
-	pub := e.client.Publisher(e.topic)
-	pub.EnableMessageOrdering = true
-	pub.PublishSettings = settings
-	defer pub.Stop()
-	p, err := publisher.New(e.client, e.topic, publisher.WithPublishSettings(settings))
-	if err != nil {
-		b.Fatal(err)
+	official := func() *pubsub.Publisher {
+		pub := e.client.Publisher(e.topic)
+		pub.EnableMessageOrdering = true
+		pub.PublishSettings = settings
+		b.Cleanup(pub.Stop)
+		return pub
 	}
-	defer func() { _ = p.Close(ctx) }()
-
-	// Each side publishes one round and waits for it; measure adds up
-	// the elapsed time, the time spent in Publish calls, the process's
-	// CPU time and the Publish requests sent.
-	type totals struct {
-		elapsed, publishing, cpu time.Duration
-		rpcs                     int64
-	}
-	var sums [2]totals
-	official := func() {
-		results := make([]*pubsub.PublishResult, round)
-		start := time.Now()
-		for i := range results {
-			results[i] = pub.Publish(ctx, &pubsub.Message{Data: data, Attributes: headers, OrderingKey: names[i%keys]})
+	newPublisher := func(opts ...publisher.Option) *publisher.Publisher {
+		p, err := publisher.New(e.client, e.topic, append(opts, publisher.WithPublishSettings(settings))...)
+		if err != nil {
+			b.Fatal(err)
 		}
-		sums[0].publishing += time.Since(start)
-		for _, r := range results {
-			if _, err := r.Get(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
+		b.Cleanup(func() { _ = p.Close(context.Background()) })
+		return p
 	}
-	keyorder := func() {
-		results := make([]*publisher.Result, round)
-		start := time.Now()
-		for i := range results {
-			results[i] = p.Publish(ctx, &publisher.Message{Data: data, Headers: headers}, publisher.WithOrderingKey(names[i%keys]))
-		}
-		sums[1].publishing += time.Since(start)
-		for _, r := range results {
-			if _, err := r.Get(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	measure := func(side int, f func()) {
-		publishRPCs.Store(0)
-		start, cpu := time.Now(), processCPU()
-		f()
-		sums[side].elapsed += time.Since(start)
-		sums[side].cpu += processCPU() - cpu
-		sums[side].rpcs += publishRPCs.Load()
-	}
-	pairs := 0
-	for b.Loop() {
-		if pairs%2 == 0 {
-			measure(0, official)
-			measure(1, keyorder)
-		} else {
-			measure(1, keyorder)
-			measure(0, official)
-		}
-		pairs++
-	}
-	msgs := float64(pairs * round)
-	for side, name := range []string{"official", "keyorder"} {
-		b.ReportMetric(msgs/sums[side].elapsed.Seconds(), name+"-msgs/s")
-		b.ReportMetric(float64(sums[side].cpu)/msgs, name+"-cpu-ns/msg")
-		b.ReportMetric(msgs/float64(sums[side].rpcs), name+"-msgs/rpc")
-		b.ReportMetric(float64(sums[side].publishing)/msgs, name+"-publish-ns/msg")
-	}
-	b.ReportMetric(sums[0].elapsed.Seconds()/sums[1].elapsed.Seconds(), "ratio")
-	b.ReportMetric(float64(sums[1].cpu)/float64(sums[0].cpu), "cpu-ratio")
+	keyorder := keyorderSide(b, "keyorder", newPublisher(), round, names)
+	keyorder.base = "official-stamped"
+	takeTurns(b, round, &publishRPCs, []side{
+		officialSide(b, "official", official(), round, names, func(int) map[string]string { return headers }),
+		officialSide(b, "official-stamped", official(), round, names, stampedBy(keys, headers)),
+		keyorder,
+		keyorderSide(b, "keyorder-unstamped", newPublisher(publisher.WithoutStamps()), round, names),
+	})
 }
 
 // BenchmarkPublishUnordered publishes bursts of 10,000 messages without a

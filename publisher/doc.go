@@ -81,14 +81,16 @@
 // goroutine, which
 // waits for the official client's results of that key in order and wakes
 // once per batch. Each message costs a [Result] of 192 bytes, which lets go
-// of the message's data once it is published. Publish adds about 0.5 µs of
-// CPU per call to the official client's own Publish (3 to 4 µs), and the
-// key's goroutine about 0.4 µs per message to settle its Result. With the
-// garbage and the smaller batches that follow, keyorder spends 7 to 10%
-// more CPU per message than the official client alone. A stamp adds one
-// attribute, which costs the official client about 17 allocations and
-// 610 bytes per message, in protobuf's reflective encoding of the
-// attribute map; keyorder's own part of it is half an allocation.
+// of the message's data once it is published. Publish adds about 0.4 µs of
+// CPU per call to the official client's own Publish, and the key's
+// goroutine about 0.25 µs per message to settle its Result. With the
+// garbage, the parked goroutines' stacks that it scans, and the smaller
+// batches that a slower Publish loop leads to, keyorder spends 10 to 15%
+// more CPU per message than the official client alone (FIGURES.md,
+// Performance). A stamp adds one attribute, which costs the official
+// client about 17 allocations and 610 bytes per message, in protobuf's
+// reflective encoding of the attribute map, and 17 to 33% of its CPU per
+// message; keyorder's own part of it is half an allocation.
 //
 // The official client offers no callback when a result is ready, only a
 // channel to wait on, so some goroutine must wait for each key's batches:

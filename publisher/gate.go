@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/maphash"
 	"sync"
+	"time"
 
 	"cloud.google.com/go/pubsub/v2"
 )
@@ -163,11 +164,20 @@ func (p *Publisher) watch(sh *shard, key string, ks *keyState) {
 			flush = false
 		}
 		<-seen[0].under.Ready()
+		// The key's results that are ready now became so together, or
+		// nearly: one reading of the clock times them all.
+		now := p.rec.now()
 		done := 0
 		if healthy {
-			// The last message seen is settled below, with the locks
-			// held, in case it leaves the key idle.
-			done = p.settleDone(seen[:len(seen)-1])
+			// Messages published while this goroutine waited may be
+			// done too: a batch is mostly sent after its first
+			// message's watcher started. The last message is settled
+			// below, with the locks held, in case it leaves the key
+			// idle.
+			ks.mu.Lock()
+			seen = ks.inflight
+			ks.mu.Unlock()
+			done = p.settleDone(seen[:len(seen)-1], now)
 		}
 		ks.mu.Lock()
 		ks.drop(done)
@@ -190,14 +200,16 @@ func (p *Publisher) watch(sh *shard, key string, ks *keyState) {
 				locked = true
 				continue
 			}
-			if r.room {
+			// room is on another cache line than the rest: look only
+			// with flow control.
+			if p.flow != nil && r.room {
 				r.room = false
 				p.flow.release(r.size)
 			}
 			ks.drop(1)
 			// Read after sending: if Close or Flush starts later, its
 			// own flush sends what was sent here.
-			if p.settle(key, ks, r, id, err) && (p.closing.Load() || p.flushing.Load() > 0) {
+			if p.settle(key, ks, r, id, err, now) && (p.closing.Load() || p.flushing.Load() > 0) {
 				flush = true
 			}
 		}
@@ -240,8 +252,7 @@ func (p *Publisher) deleteGate(sh *shard, key string, ks *keyState) {
 // that has not failed once it is in flight, and its Result may become
 // ready without the mutex, as only failures change the key's state (P4,
 // P5).
-func (p *Publisher) settleDone(seen []*Result) int {
-	now := p.rec.now() // the batch's results became ready together
+func (p *Publisher) settleDone(seen []*Result, now time.Duration) int {
 	for i, r := range seen {
 		id, err, ok := tryGet(r.under)
 		if !ok || err != nil {
@@ -297,17 +308,18 @@ func readyNow(r *pubsub.PublishResult) bool {
 	}
 }
 
-// settle makes r ready with its official outcome, unless it failed earlier
-// with its key's tail, and advances the key's failure state. It reports
+// settle makes r ready with its official outcome, seen at now, unless it
+// failed earlier with its key's tail, and advances the key's failure
+// state. It reports
 // whether held messages were sent. The gate's mutex is held, so a Publish
 // call that sees a failure reported also sees the key failing.
-func (p *Publisher) settle(key string, ks *keyState, r *Result, id string, err error) (sent bool) {
+func (p *Publisher) settle(key string, ks *keyState, r *Result, id string, err error, now time.Duration) (sent bool) {
 	if !r.isReady() {
 		if err == nil {
 			// As in settleDone.
 			r.under = nil
 			r.dropMessage()
-			p.rec.settled(r, outPublished, p.rec.now())
+			p.rec.settled(r, outPublished, now)
 			r.resolve(id, nil)
 		} else {
 			// The first failure since the key was last healthy: new

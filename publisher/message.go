@@ -55,9 +55,6 @@ func (p *Publisher) prepare(msg *Message, callKey string, out *pubsub.Message) (
 	// their largest (stamp.go).
 	stamp, stampBytes := 0, 0
 	if p.stamped(key) {
-		if err := checkStampable(key, msg.Headers); err != nil {
-			return 0, err
-		}
 		stamp, stampBytes = ordering.StampAttributes, p.stamps.bound
 	}
 	attrs, own := msg.Headers, false
@@ -88,6 +85,10 @@ func (p *Publisher) prepare(msg *Message, callKey string, out *pubsub.Message) (
 	bound := fieldBound(len(msg.Data)) + fieldBound(len(key)) + stampBytes
 	for k, v := range attrs {
 		switch {
+		case stamp > 0 && isStampAttribute(k):
+			// The stamp is the publisher's to set, and a message with
+			// both forms would count as unstamped (S12).
+			return 0, &ValidationError{Key: truncate(key), Err: ErrStampAttribute, Detail: fmt.Sprintf("header %q", k)}
 		case len(k) > MaxAttributeKeyBytes:
 			return invalid(ErrAttributeKeyTooLong, "key %q... is %d bytes, limit %d", truncate(k), len(k), MaxAttributeKeyBytes)
 		case len(v) > MaxAttributeValueBytes:

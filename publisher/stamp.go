@@ -186,17 +186,15 @@ func (p *Publisher) stamp(ks *keyState, r *Result) {
 // stamped reports whether a message of key is stamped.
 func (p *Publisher) stamped(key string) bool { return p.stamps != nil && key != "" }
 
-// checkStampable returns a *ValidationError if attrs, the attributes of a
-// message p stamps, already hold a stamp attribute, of either form: the
-// stamp is the publisher's to set, and a message with both forms would
-// count as unstamped.
-func checkStampable(key string, attrs map[string]string) error {
-	for _, a := range [...]string{ordering.StampAttribute, ordering.ProducerAttribute, ordering.SeqAttribute} {
-		if _, ok := attrs[a]; ok {
-			return &ValidationError{Key: truncate(key), Err: ErrStampAttribute, Detail: fmt.Sprintf("header %q", a)}
-		}
+// isStampAttribute reports whether k names a stamp attribute, of either
+// form. prepare refuses such a header on a message it stamps, in the loop
+// that checks every attribute anyway, rather than with a lookup per form.
+func isStampAttribute(k string) bool {
+	switch k {
+	case ordering.StampAttribute, ordering.ProducerAttribute, ordering.SeqAttribute:
+		return true
 	}
-	return nil
+	return false
 }
 
 // restamp prepares m, a failed message that Retry sends again, to be
