@@ -107,6 +107,71 @@ type trouble struct {
 	// reported is set once KeyHeld has been emitted, so that KeyReleased
 	// is due when the trouble ends.
 	reported bool
+	// way is the way back of what the hold sent back, while held.
+	way *comeback
+}
+
+// A comeback is the way back of a held key's messages: the failed one and
+// those the hold sent back after it, in the order this process first
+// received them, and those it kept in between. The hold's wait lasts until
+// every one sent back has come back, so that they run in that order
+// whatever order the server sends them back in: the service sends a key's
+// tail again in order, but Google's emulator sends only what was nacked,
+// in the order of the nack request, which the official client makes from
+// a map.
+type comeback struct {
+	pos   map[string]int // a message's place, by ID
+	slots []*job         // in order; nil for one still away
+	away  int            // how many are still away
+}
+
+func newComeback(failed string) *comeback {
+	c := &comeback{pos: map[string]int{}}
+	c.send(failed)
+	return c
+}
+
+// send gives id, sent back, the next place.
+func (c *comeback) send(id string) {
+	if _, ok := c.pos[id]; ok {
+		return
+	}
+	c.pos[id] = len(c.slots)
+	c.slots = append(c.slots, nil)
+	c.away++
+}
+
+// keep gives j, kept here, the next place.
+func (c *comeback) keep(j *job) {
+	c.pos[j.d.ID] = len(c.slots)
+	c.slots = append(c.slots, j)
+}
+
+// back puts j, a delivery of a message that has a place, in it: queued, or
+// joined to the delivery there. A message with no place is outHeld.
+func (c *comeback) back(j *job) outcome {
+	i, ok := c.pos[j.d.ID]
+	switch {
+	case !ok:
+		return outHeld
+	case c.slots[i] != nil:
+		c.slots[i].join(j.msg, false)
+		return outJoined
+	}
+	c.slots[i] = j
+	c.away--
+	return outQueued
+}
+
+// held returns the jobs waiting on the way back.
+func (c *comeback) held() int {
+	n := 0
+	for _, j := range c.slots {
+		if j != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // keyed returns the lane of key, making it if there is none, with its
@@ -204,6 +269,12 @@ func (l *lane) heldKey() HeldKey {
 	}
 	if l.running != nil && l.running.d.ID != t.id {
 		k.Queued++
+	}
+	if t.way != nil {
+		k.Queued += t.way.held()
+		if t.way.slots[0] != nil {
+			k.Queued-- // the failed message itself, come back
+		}
 	}
 	return k
 }
@@ -389,8 +460,18 @@ func (l *lane) drain(fx *effects, out outcome) {
 	if l.r.clock.stop(l.retry) {
 		l.retry, l.active = nil, false // no turn will come
 	}
-	if t := l.trouble; t != nil && l.r.clock.stop(t.lapse) {
-		t.lapse = nil
+	if t := l.trouble; t != nil {
+		if l.r.clock.stop(t.lapse) {
+			t.lapse = nil
+		}
+		if t.way != nil {
+			for _, j := range t.way.slots {
+				if j != nil {
+					fx.add(j, out)
+				}
+			}
+			t.way = nil
+		}
 	}
 	l.closeRoomGap()
 }

@@ -30,17 +30,11 @@ func (l *lane) accept(j *job, now time.Time) outcome {
 		j.notBefore = now.Add(r.backoff(prior.failures))
 	}
 	if t := l.trouble; t != nil && t.held {
-		switch {
-		case id == t.id:
-			l.back(j)
+		out := l.returning(j) // lane_failure.go: S5, and the order on the way back
+		if out == outQueued {
 			r.take(j)
-			return outQueued
-		case r.deadLettered(j):
-			// Kept rather than nacked into the dead-letter topic unrun;
-			// it runs after the failed message (see nackTail).
-		default:
-			return outHeld // S5: an earlier message of the key has not succeeded yet
 		}
+		return out
 	} else if l.roomGap != "" && id != l.roomGap {
 		return outRoom // S10: an earlier message of the key was sent back
 	} else if l.closeRoomGap(); !r.room.admit(l, j, now) {

@@ -73,34 +73,81 @@ func (l *lane) retryLater(j *job, d time.Duration, now time.Time) {
 // back (note marked it held). The shard's mutex must be held.
 func (l *lane) hold(j *job, fx *effects) {
 	fx.add(j, outFailed)
-	l.nackTail(fx)
+	way := newComeback(j.d.ID)
+	l.nackTail(fx, way)
+	l.trouble.way = way
 	// A room gap (S10) waits for a later message: the failed one now comes
 	// back first, with everything after it, and the gap would nack the
 	// messages between the two and let the later one run before them.
 	l.closeRoomGap()
 }
 
-// nackTail nacks the key's queued deliveries unrun, except those on their
-// last delivery before dead-lettering: a nack would send those to the
-// dead-letter topic without their handler ever running, so they wait here
-// for the failed message instead. The shard's mutex must be held.
-func (l *lane) nackTail(fx *effects) {
-	tail := l.queue.RemoveFunc(func(q *job) bool { return !l.r.deadLettered(q) }, nil)
-	for _, q := range tail {
+// nackTail nacks the key's queued deliveries unrun, in order, for the
+// service to send back after the failed message, and keeps their places
+// in way. Those on their last delivery before dead-lettering are kept
+// rather than nacked: a nack would send them to the dead-letter topic
+// without their handler ever running, so they wait in their place for the
+// failed message instead. The shard's mutex must be held.
+func (l *lane) nackTail(fx *effects, way *comeback) {
+	for q, ok := l.queue.Pop(); ok; q, ok = l.queue.Pop() {
+		if l.r.deadLettered(q) {
+			way.keep(q)
+			continue
+		}
 		fx.add(q, outTail)
+		way.send(q.d.ID)
 	}
 }
 
-// back is called when the failed message of a held key comes back as j:
-// it goes in front of whatever waits, and the hold ends. The shard's mutex
-// must be held.
-func (l *lane) back(j *job) {
+// returning is accept's part while the key is held: j is a delivery of a
+// message the hold sent back, which takes its place on the way back, or
+// one joining it there; or a later message, kept in the order if it is on
+// its last delivery before dead-lettering and otherwise nacked, its place
+// kept too (S5). Once every message sent back has come back, the hold's
+// wait is over. The shard's mutex must be held.
+func (l *lane) returning(j *job) outcome {
+	way := l.trouble.way
+	switch out := way.back(j); {
+	case out != outHeld:
+		if way.away == 0 {
+			l.comeBack()
+		}
+		return out
+	case l.r.deadLettered(j):
+		way.keep(j)
+		return outQueued
+	default:
+		way.send(j.d.ID)
+		return outHeld
+	}
+}
+
+// comeBack ends a hold's wait: the messages it sent back have all come
+// back, and go to the head of the lane in the order this process first
+// received them, the failed one first, whatever order the server sent
+// them back in. The shard's mutex must be held.
+func (l *lane) comeBack() {
 	t := l.trouble
 	if l.r.clock.stop(t.lapse) {
 		t.lapse = nil
 	}
 	t.held = false
-	l.queue.PushFront(j)
+	l.requeue()
+}
+
+// requeue puts what the hold's way back holds at the head of the lane, in
+// order. The shard's mutex must be held.
+func (l *lane) requeue() {
+	t := l.trouble
+	if t.way == nil {
+		return
+	}
+	for i := len(t.way.slots) - 1; i >= 0; i-- {
+		if j := t.way.slots[i]; j != nil {
+			l.queue.PushFront(j)
+		}
+	}
+	t.way = nil
 }
 
 // endTrouble ends the lane's trouble, telling the user if a hold was
@@ -110,15 +157,17 @@ func (l *lane) endTrouble(fx *effects, reason string, now time.Time) {
 	if l.r.clock.stop(t.lapse) {
 		t.lapse = nil
 	}
+	l.requeue() // what came back runs, in order
 	if t.reported && fx != nil {
 		fx.events = append(fx.events, KeyEvent{Kind: KeyReleased, HeldKey: l.heldKey(), Reason: reason, At: now})
 	}
 	l.trouble = nil
 }
 
-// lapsed is the lapse timer's function: the failed message t did not come
-// back within WithRedeliveryWait, so the service must have sent it to
-// another client, and the key goes on here.
+// lapsed is the lapse timer's function: the failed message t, or one sent
+// back after it, did not come back within WithRedeliveryWait, so the
+// service must have sent it to another client, and the key goes on here
+// with what came back, in order. The key showed as held all the while.
 func (l *lane) lapsed(t *trouble) {
 	l.update(func(now time.Time, fx *effects) {
 		if l.trouble == t && t.held {
