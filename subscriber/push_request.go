@@ -1,7 +1,6 @@
 package subscriber
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,20 +65,21 @@ const (
 )
 
 // decodePush reads the message of a push request for the subscription
-// name, configured as p.
+// name, configured as p. It reads no more of the body than it must to
+// refuse it: an unwrapped request's headers are checked first, and an
+// envelope is decoded as it comes, so that its first wrong byte is its
+// last read.
 func decodePush(req *http.Request, name string, p pushSettings) (*pubsub.Message, error) {
-	body, err := io.ReadAll(io.LimitReader(req.Body, maxPushBody+1))
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("reading the body: %w", err)
-	case len(body) > maxPushBody:
-		return nil, fmt.Errorf("body over %d bytes", maxPushBody)
-	}
+	body := &io.LimitedReader{R: req.Body, N: maxPushBody + 1}
 	var env *pushEnvelope
+	var err error
 	if p.wrapped {
 		env, err = decodeEnvelope(body)
 	} else {
-		env, err = unwrappedEnvelope(req.Header, body)
+		env, err = unwrappedEnvelope(req.Header, name, body)
+	}
+	if body.N == 0 {
+		return nil, fmt.Errorf("body over %d bytes", maxPushBody)
 	}
 	if err != nil {
 		return nil, err
@@ -137,8 +137,14 @@ func cmpOr(a, b string) string {
 // checkAttributes refuses attributes the service would not have taken from
 // a publisher (P6).
 func checkAttributes(attrs map[string]string) error {
-	if len(attrs) > publisher.MaxAttributes+maxServiceAttributes {
-		return fmt.Errorf("%d attributes, over the service's %d", len(attrs), publisher.MaxAttributes)
+	own := 0 // the service's, goog*
+	for k := range attrs {
+		if strings.HasPrefix(k, "goog") {
+			own++
+		}
+	}
+	if len(attrs)-own > publisher.MaxAttributes || own > maxServiceAttributes {
+		return fmt.Errorf("%d attributes, over the service's %d and %d of its own", len(attrs), publisher.MaxAttributes, maxServiceAttributes)
 	}
 	for k, v := range attrs {
 		switch {
@@ -154,7 +160,7 @@ func checkAttributes(attrs map[string]string) error {
 }
 
 // decodeEnvelope reads a wrapped push request's JSON body.
-func decodeEnvelope(body []byte) (*pushEnvelope, error) {
+func decodeEnvelope(body io.Reader) (*pushEnvelope, error) {
 	var env pushEnvelope
 	message := fields{
 		"attributes": func(d *json.Decoder) (err error) {
@@ -168,7 +174,7 @@ func decodeEnvelope(body []byte) (*pushEnvelope, error) {
 		"publish_time": decodeInto(&env.publishAlt),
 		"orderingKey":  decodeInto(&env.key),
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
+	dec := json.NewDecoder(body)
 	err := decodeObject(dec, fields{
 		"message":         func(d *json.Decoder) error { return decodeObject(d, message) },
 		"subscription":    decodeInto(&env.subscription),
@@ -293,8 +299,8 @@ func foldsToField(fs fields, name string) bool {
 // sends one value of each; the subscription's name is always among them.
 // The request's own headers, and those that a browser, a proxy or a load
 // balancer adds (serviceHeader), are not attributes.
-func unwrappedEnvelope(h http.Header, body []byte) (*pushEnvelope, error) {
-	env := &pushEnvelope{data: body, attrs: map[string]string{}}
+func unwrappedEnvelope(h http.Header, name string, body io.Reader) (*pushEnvelope, error) {
+	env := &pushEnvelope{attrs: map[string]string{}}
 	for _, m := range []struct {
 		header string
 		into   *string
@@ -307,8 +313,12 @@ func unwrappedEnvelope(h http.Header, body []byte) (*pushEnvelope, error) {
 		}
 		*m.into = h.Get(m.header)
 	}
-	if env.subscription == "" {
+	switch env.subscription {
+	case "":
 		return nil, errors.New("unwrapped push without " + headerSubscription)
+	case name:
+	default:
+		return nil, fmt.Errorf("push for subscription %.300q, not %s", env.subscription, name)
 	}
 	if a := h.Get(headerDeliveryAttempt); a != "" {
 		n, err := strconv.Atoi(a)
@@ -326,6 +336,14 @@ func unwrappedEnvelope(h http.Header, body []byte) (*pushEnvelope, error) {
 		}
 		env.attrs[strings.ToLower(k)] = vs[0]
 	}
+	if _, err := env.message(); err != nil {
+		return nil, err // before the body is read
+	}
+	data, err := io.ReadAll(body)
+	if err != nil {
+		return nil, fmt.Errorf("reading the body: %w", err)
+	}
+	env.data = data
 	return env, nil
 }
 
