@@ -56,7 +56,9 @@ func TestPushRefusesWhatTheServiceNeverSends(t *testing.T) {
 	msg := func(id string, extra ...string) string {
 		return `"message":{` + strings.Join(append([]string{field("messageId", id), field("data", []byte("x"))}, extra...), ",") + "}"
 	}
-	withAttrs := func(id string, attrs map[string]string) []byte { return envelope(sub, msg(id, field("attributes", attrs))) }
+	withAttrs := func(id string, attrs map[string]string) []byte {
+		return envelope(sub, msg(id, field("attributes", attrs)))
+	}
 	long := func(n int) string { return strings.Repeat("7", n) }
 	for _, tc := range []struct {
 		name string
