@@ -321,8 +321,12 @@ func TestPushValidatorBuiltAgain(t *testing.T) {
 	token, err := srv.SignToken(srv.PushClaims(pusher, endpoint))
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusInternalServerError, e.post(t, http.MethodPost, token, pushBody(t, s.Name(), "m-1", "k", "x")))
-	assert.Equal(t, http.StatusNoContent, e.post(t, http.MethodPost, token, pushBody(t, s.Name(), "m-1", "k", "x")))
-	<-ran
+	require.Equal(t, http.StatusNoContent, e.post(t, http.MethodPost, token, pushBody(t, s.Name(), "m-1", "k", "x")))
+	select {
+	case <-ran:
+	case <-time.After(testTimeout):
+		t.Fatal("the handler did not run")
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Equal(t, 2, builds)
