@@ -367,24 +367,24 @@ func (d *pushDoor) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r := d.r
 	if req.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		refuse(w, http.StatusMethodNotAllowed, "push requests are POSTs")
+		refuse(w, req, http.StatusMethodNotAllowed, "push requests are POSTs")
 		return
 	}
 	select {
 	case <-r.stopping:
-		refuse(w, http.StatusServiceUnavailable, "shutting down")
+		refuse(w, req, http.StatusServiceUnavailable, "shutting down")
 		return
 	default:
 	}
 	if code, err := d.authorize(req); err != nil {
 		r.obs.pushRefused(req.Context(), code, err)
-		refuse(w, code, http.StatusText(code))
+		refuse(w, req, code, http.StatusText(code))
 		return
 	}
 	m, err := decodePush(req, r.s.name, r.s.push)
 	if err != nil {
 		r.obs.pushRefused(req.Context(), http.StatusBadRequest, err)
-		refuse(w, http.StatusBadRequest, err.Error())
+		refuse(w, req, http.StatusBadRequest, err.Error())
 		return
 	}
 	out, err := d.run(req, m)

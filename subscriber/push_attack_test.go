@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -321,6 +322,45 @@ func TestPushAttackSlowBody(t *testing.T) {
 	res, closed := rawRequest(t, e.web, "POST /push HTTP/1.1\r\nHost: "+u+"\r\nAuthorization: Bearer "+good+"\r\n")
 	assert.Equal(t, http.StatusServiceUnavailable, res.StatusCode)
 	assert.True(t, closed)
+}
+
+// TestPushAttackSlowBodyHTTP2: on HTTP/2 a refusal comes at once too,
+// while the body stalls, and leaves the connection open for the next
+// request: closing it would drop the service's other pushes with it.
+func TestPushAttackSlowBodyHTTP2(t *testing.T) {
+	t.Parallel()
+	e := newAttackEnv(t)
+	h2 := httptest.NewUnstartedServer(e.mux)
+	h2.EnableHTTP2 = true
+	h2.StartTLS()
+	defer h2.Close()
+	client := h2.Client()
+	var reused []bool
+	trace := &httptrace.ClientTrace{GotConn: func(c httptrace.GotConnInfo) { reused = append(reused, c.Reused) }}
+	ctx := httptrace.WithClientTrace(testContext(t), trace)
+
+	body, stall := io.Pipe()
+	defer stall.Close()
+	go func() { _, _ = stall.Write([]byte("<<<<<<<<<<")) }()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h2.URL+"/push", body)
+	require.NoError(t, err)
+	req.ContentLength = 1000
+	start := time.Now()
+	res, err := client.Do(req)
+	require.NoError(t, err)
+	_ = res.Body.Close()
+	assert.Equal(t, "HTTP/2.0", res.Proto)
+	assert.Equal(t, http.StatusUnauthorized, res.StatusCode)
+	assert.Less(t, time.Since(start), 5*time.Second, "answered while the body stalls")
+
+	req, err = http.NewRequestWithContext(ctx, http.MethodPost, h2.URL+"/push", bytes.NewReader(pushBody(t, e.sub.Name(), "m-h2", "k", "x")))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+e.g.pushToken(e.endpoint, nil))
+	res, err = client.Do(req)
+	require.NoError(t, err)
+	_ = res.Body.Close()
+	assert.Equal(t, http.StatusNoContent, res.StatusCode)
+	assert.Equal(t, []bool{false, true}, reused, "the second request took the first's connection")
 }
 
 // endless is a body that never ends; read counts the bytes taken from it.

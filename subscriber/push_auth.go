@@ -243,14 +243,18 @@ func checkClaims(p *idtoken.Payload, email string) (int, error) {
 var errNoToken = errors.New("no bearer token")
 
 // refuse answers a request that the handler will not run with status and
-// msg, and closes its connection without reading the rest of its body:
-// net/http would otherwise read up to 256 KB of it before the answer
-// leaves, for as long as a slow client takes to send them. The read
+// msg, without reading the rest of its body: on HTTP/1, net/http would
+// otherwise read up to 256 KB of it before the answer leaves, for as long
+// as a slow client takes, so the connection is closed instead. The read
 // deadline ends a read at work, where the server supports one (HTTP/1 and
 // HTTP/2 do; a wrapping ResponseWriter without Unwrap does not, and
-// Connection: close still keeps net/http from reading on).
-func refuse(w http.ResponseWriter, status int, msg string) {
-	w.Header().Set("Connection", "close")
+// Connection: close still keeps net/http from reading on). On HTTP/2 an
+// unread body holds only its stream, and Connection: close would shut
+// down the whole connection, the service's other pushes with it.
+func refuse(w http.ResponseWriter, req *http.Request, status int, msg string) {
+	if req.ProtoMajor == 1 {
+		w.Header().Set("Connection", "close")
+	}
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 	http.Error(w, msg, status)
 }
