@@ -275,8 +275,9 @@ func (s *Subscription) PushAuth() (serviceAccountEmail, audience string) {
 // attributes over P6's limits, an envelope with a field twice or in other
 // letter case, an unwrapped request without its subscription header. A
 // method other than POST gets 405. Every refusal (405, 401, 403, 400, and
-// 503 after Close) is answered without reading the body, and closes the
-// connection. DESIGN.md's "Security model" says what a token proves.
+// 503 after Close) is answered without reading the body, and on HTTP/1
+// closes the connection. DESIGN.md's "Security model" says what a token
+// proves.
 //
 // Serve the handler from an http.Server with a ReadTimeout (a body is at
 // most 14 MB, the service's 10 MB in base64: a minute suits most links),
