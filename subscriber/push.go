@@ -362,8 +362,8 @@ type pushDoor struct {
 	closeErr  error
 }
 
-// ServeHTTP answers one push request. A refusal reads no body before the
-// token is checked, and closes the connection (refuse).
+// ServeHTTP answers one push request. A refusal reads no more of the body
+// than it must, and closes an HTTP/1 connection (refuse).
 func (d *pushDoor) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r := d.r
 	if req.Method != http.MethodPost {
