@@ -93,27 +93,10 @@ func decodePush(req *http.Request, name string, p pushSettings) (*pubsub.Message
 // message checks env against what the service sends, and returns its
 // message.
 func (env *pushEnvelope) message() (*pubsub.Message, error) {
-	switch {
-	case env.id == "" && env.idAlt == "":
-		return nil, errors.New("push without a message ID")
-	case env.id != "" && env.idAlt != "" && env.id != env.idAlt:
-		return nil, errors.New("push with two message IDs")
-	case env.published != "" && env.publishAlt != "" && env.published != env.publishAlt:
-		return nil, errors.New("push with two publish times")
-	case env.attempt < 0:
-		return nil, fmt.Errorf("delivery attempt %d", env.attempt)
-	}
-	id := cmpOr(env.id, env.idAlt)
-	if len(id) > maxMessageIDBytes || !utf8.ValidString(id) {
-		return nil, fmt.Errorf("message ID of %d bytes: the service's are at most %d, UTF-8", len(id), maxMessageIDBytes)
-	}
-	if err := ordering.Validate(env.key); err != nil {
-		return nil, fmt.Errorf("ordering key: %w", err)
-	}
-	if err := checkAttributes(env.attrs); err != nil {
+	if err := env.check(); err != nil {
 		return nil, err
 	}
-	m := &pubsub.Message{ID: id, Data: env.data, Attributes: env.attrs, OrderingKey: env.key}
+	m := &pubsub.Message{ID: cmpOr(env.id, env.idAlt), Data: env.data, Attributes: env.attrs, OrderingKey: env.key}
 	if t := cmpOr(env.published, env.publishAlt); t != "" {
 		pt, err := time.Parse(time.RFC3339Nano, t)
 		if err != nil {
@@ -125,6 +108,27 @@ func (env *pushEnvelope) message() (*pubsub.Message, error) {
 		m.DeliveryAttempt = &env.attempt
 	}
 	return m, nil
+}
+
+// check refuses an envelope the service would not send: ambiguous, or
+// over its limits.
+func (env *pushEnvelope) check() error {
+	switch id := cmpOr(env.id, env.idAlt); {
+	case id == "":
+		return errors.New("push without a message ID")
+	case env.id != "" && env.idAlt != "" && env.id != env.idAlt:
+		return errors.New("push with two message IDs")
+	case env.published != "" && env.publishAlt != "" && env.published != env.publishAlt:
+		return errors.New("push with two publish times")
+	case env.attempt < 0:
+		return fmt.Errorf("delivery attempt %d", env.attempt)
+	case len(id) > maxMessageIDBytes || !utf8.ValidString(id):
+		return fmt.Errorf("message ID of %d bytes: the service's are at most %d, UTF-8", len(id), maxMessageIDBytes)
+	}
+	if err := ordering.Validate(env.key); err != nil {
+		return fmt.Errorf("ordering key: %w", err)
+	}
+	return checkAttributes(env.attrs)
 }
 
 func cmpOr(a, b string) string {
@@ -300,6 +304,25 @@ func foldsToField(fs fields, name string) bool {
 // The request's own headers, and those that a browser, a proxy or a load
 // balancer adds (serviceHeader), are not attributes.
 func unwrappedEnvelope(h http.Header, name string, body io.Reader) (*pushEnvelope, error) {
+	env, err := unwrappedMetadata(h, name)
+	if err == nil {
+		err = unwrappedAttributes(h, env)
+	}
+	if err == nil {
+		err = env.check() // before the body is read
+	}
+	if err != nil {
+		return nil, err
+	}
+	if env.data, err = io.ReadAll(body); err != nil {
+		return nil, fmt.Errorf("reading the body: %w", err)
+	}
+	return env, nil
+}
+
+// unwrappedMetadata reads the x-goog-pubsub-* headers of an unwrapped push
+// for the subscription name.
+func unwrappedMetadata(h http.Header, name string) (*pushEnvelope, error) {
 	env := &pushEnvelope{attrs: map[string]string{}}
 	for _, m := range []struct {
 		header string
@@ -327,24 +350,24 @@ func unwrappedEnvelope(h http.Header, name string, body io.Reader) (*pushEnvelop
 		}
 		env.attempt = n
 	}
+	return env, nil
+}
+
+// unwrappedAttributes reads an unwrapped push's attributes into env: each
+// header that is one, once, and no more of them than the service sends.
+func unwrappedAttributes(h http.Header, env *pushEnvelope) error {
 	for k, vs := range h {
-		if notAttribute(k) {
+		switch {
+		case notAttribute(k):
 			continue
-		}
-		if len(vs) != 1 {
-			return nil, fmt.Errorf("attribute header %.64q %d times", k, len(vs))
+		case len(vs) != 1:
+			return fmt.Errorf("attribute header %.64q %d times", k, len(vs))
+		case len(env.attrs) == publisher.MaxAttributes+maxServiceAttributes:
+			return fmt.Errorf("over %d attribute headers", len(env.attrs))
 		}
 		env.attrs[strings.ToLower(k)] = vs[0]
 	}
-	if _, err := env.message(); err != nil {
-		return nil, err // before the body is read
-	}
-	data, err := io.ReadAll(body)
-	if err != nil {
-		return nil, fmt.Errorf("reading the body: %w", err)
-	}
-	env.data = data
-	return env, nil
+	return nil
 }
 
 // notAttribute reports whether the header named k (canonical) belongs to
