@@ -69,6 +69,12 @@ const maxSeqText = 21
 // under two message IDs), and a number skipped between two deliveries is a
 // message that was never stored, or that this subscriber did not process.
 //
+// A stamp is trusted as written: whoever may publish to the topic, or push
+// to the endpoint, can write one. A forged stamp of a producer's key, at
+// the producer's next epoch, makes its later real messages of the key look
+// like copies, acked unrun. Stamps find copies and gaps; they do not
+// authenticate. See "Security model" in the repository's DESIGN.md.
+//
 // # Epochs
 //
 // A producer that cannot remember every key's last number, because keys

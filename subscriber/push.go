@@ -66,8 +66,10 @@ import (
 // A push endpoint is a public URL: give it [WithPushAuth], so that only the
 // subscription's service account can deliver to it. Without it,
 // CreateWithTopic and Open refuse a push subscription unless
-// [WithUnauthenticatedPush] says that is meant. The default is a pull
-// subscription.
+// [WithUnauthenticatedPush] says that is meant. Serve it from an
+// http.Server with the timeouts [Subscription.PushHandler] names. The
+// default is a pull subscription. DESIGN.md's "Security model" says what
+// a push token proves.
 func WithPush(endpoint string) Option {
 	return func(c *config) error {
 		u, err := url.Parse(endpoint)
@@ -88,13 +90,30 @@ func WithPush(endpoint string) Option {
 // tokens (roles/iam.serviceAccountTokenCreator for the Pub/Sub service
 // agent). On an existing subscription, the handler checks for the
 // subscription's own account and audience; a difference from the option
-// is logged as a warning.
+// is logged as a warning, or refused with [WithStrictPushAuth]. Give each
+// subscription an audience of its own (its endpoint's URL, the default,
+// is one): a token binds neither the body nor the subscription, so two
+// subscriptions of one account and audience take each other's tokens.
 func WithPushAuth(serviceAccountEmail, audience string) Option {
 	return func(c *config) error {
 		if serviceAccountEmail == "" {
 			return invalid("WithPushAuth: empty service account email")
 		}
 		c.push.email, c.push.audience = serviceAccountEmail, audience
+		return nil
+	}
+}
+
+// WithStrictPushAuth makes [CreateWithTopic] and [Open] refuse, with
+// ErrInvalidConfig, an existing push subscription whose OIDC account or
+// audience differs from [WithPushAuth]'s (an audience of "" stands for the
+// endpoint's URL), rather than log the difference and check for the
+// subscription's own: a subscription changed behind the program's back
+// then stops the program instead of widening whom it trusts. It needs
+// WithPushAuth. By default a difference is logged as a warning.
+func WithStrictPushAuth() Option {
+	return func(c *config) error {
+		c.push.strictAuth = true
 		return nil
 	}
 }
@@ -130,6 +149,7 @@ func WithTokenValidator(v *idtoken.Validator) Option {
 type pushOptions struct {
 	endpoint        string
 	email, audience string // WithPushAuth
+	strictAuth      bool   // WithStrictPushAuth
 	unauthenticated bool
 	validator       *idtoken.Validator
 }
@@ -173,9 +193,12 @@ func (o pushOptions) apply(sub *pubsubpb.Subscription) {
 // check refuses a push subscription that PushHandler could not serve
 // safely, and warns of one the options did not describe.
 func (o pushOptions) check(log *slog.Logger, name string, have pushSettings) error {
+	if o.strictAuth && o.email == "" {
+		return invalid("WithStrictPushAuth without WithPushAuth: give the account and audience to insist on")
+	}
 	if have.endpoint == "" {
 		if o.endpoint != "" {
-			return invalid("WithPush(%q): %s exists as a pull subscription, and keeps its delivery; drop WithPush, or delete the subscription to create it anew", o.endpoint, name)
+			return invalid("WithPush(%q): %s exists as a pull subscription, and keeps its delivery; drop WithPush, or delete the subscription to create it anew", redactURL(o.endpoint), name)
 		}
 		return nil
 	}
@@ -187,17 +210,33 @@ func (o pushOptions) check(log *slog.Logger, name string, have pushSettings) err
 	}
 	if have.email == "" {
 		log.Warn("keyorder/subscriber: the push subscription's requests carry no token: anyone who knows the endpoint can deliver to it",
-			"subscription", name, "endpoint", have.endpoint)
+			"subscription", name, "endpoint", redactURL(have.endpoint))
 	}
 	if o.endpoint != "" && o.endpoint != have.endpoint {
 		log.Warn("keyorder/subscriber: the subscription exists and keeps its own push endpoint, which differs from WithPush",
-			"subscription", name, "endpoint", have.endpoint, "asked", o.endpoint)
+			"subscription", name, "endpoint", redactURL(have.endpoint), "asked", redactURL(o.endpoint))
 	}
-	if o.email != "" && (o.email != have.email || (o.audience != "" && o.audience != have.audience)) {
+	if o.email != "" && (o.email != have.email || o.wantAudience(have) != have.audience) {
+		if o.strictAuth {
+			return invalid("WithStrictPushAuth: %s pushes with tokens of %q for audience %q, not WithPushAuth's %q for %q; update its push configuration, or the option",
+				name, have.email, redactURL(have.audience), o.email, redactURL(o.wantAudience(have)))
+		}
 		log.Warn("keyorder/subscriber: the subscription exists and keeps its own push authentication, which differs from WithPushAuth",
-			"subscription", name, "account", have.email, "audience", have.audience)
+			"subscription", name, "account", have.email, "audience", redactURL(have.audience))
 	}
 	return nil
+}
+
+// wantAudience is the audience WithPushAuth asks for: its own, or else the
+// endpoint's URL, WithPush's or, without it, the subscription's.
+func (o pushOptions) wantAudience(have pushSettings) string {
+	switch {
+	case o.audience != "":
+		return o.audience
+	case o.endpoint != "":
+		return o.endpoint
+	}
+	return have.endpoint
 }
 
 // PushEndpoint returns the URL the service pushes the subscription's
@@ -225,11 +264,30 @@ func (s *Subscription) PushAuth() (serviceAccountEmail, audience string) {
 // message again before any later message of its key.
 //
 // With push authentication, each request must carry a valid Google-signed
-// OIDC token (issuer, signature, expiry, audience) of the subscription's
-// service account, with a verified email; otherwise the answer is 401, or
-// 403 for another account's token, and h does not run. A body that is not
-// a push request of this subscription gets 400, and a method other than
-// POST 405.
+// OIDC token of the subscription's service account, with a verified
+// email: its header the one the service signs with (RS256, a key of
+// Google's OIDC key set), then its signature, expiry, audience and issuer,
+// and its iat and nbf not over a minute ahead. Otherwise the answer is
+// 401, or 403 for another account's token, and h does not run. A body
+// that is not a push request of this subscription gets 400, and so does
+// one the service would never send, before anything of it is kept: a
+// message ID over 64 bytes, a key that fails [ordering.Validate],
+// attributes over P6's limits, an envelope with a field twice or in other
+// letter case, an unwrapped request without its subscription header. A
+// method other than POST gets 405. Every refusal (405, 401, 403, 400, and
+// 503 after Close) is answered without reading the body, and on HTTP/1
+// closes the connection. DESIGN.md's "Security model" says what a token
+// proves.
+//
+// Serve the handler from an http.Server with a ReadTimeout (a body is at
+// most 14 MB, the service's 10 MB in base64: a minute suits most links),
+// a WriteTimeout longer than the subscription's ack deadline (the answer
+// waits for h), and an IdleTimeout; ReadHeaderTimeout alone lets a client
+// hold a connection by sending a body slowly. A request at work holds its
+// body: the service's push flow control bounds its own, and a bound in
+// front bounds the rest, on connections (netutil.LimitListener of
+// golang.org/x/net) or on requests at work (a semaphore around the
+// handler).
 //
 // Mount the one handler on as many routes as needed: PushHandler may be
 // called once per Subscription, and panics if called again, if h is nil,
@@ -250,7 +308,7 @@ func (s *Subscription) PushHandler(h Handler) http.Handler {
 	if err != nil {
 		panic(err) // the options were checked when s was made
 	}
-	d := &pushDoor{r: r, validator: s.cfg.push.validator}
+	d := &pushDoor{r: r, tokens: newTokenChecker(s.cfg.push.validator)}
 	if s.parking != nil {
 		d.parking = startPushParking(r) // stores s.current once up
 	} else {
@@ -289,11 +347,8 @@ func (s *Subscription) Close(ctx context.Context) error {
 // with the decision.
 type pushDoor struct {
 	r *receiver
-	// validator checks tokens; made on the first request that needs it,
-	// unless WithTokenValidator gave one. Guarded by once.
-	validator    *idtoken.Validator
-	validatorErr error
-	once         sync.Once
+	// tokens checks the requests' tokens (push_auth.go).
+	tokens *tokenChecker
 
 	// parking keeps the control log, with WithParking (push_park.go); keys
 	// runs a key's pushes one at a time.
@@ -311,23 +366,30 @@ type pushDoor struct {
 	finished  chan struct{}
 }
 
-// ServeHTTP answers one push request.
+// ServeHTTP answers one push request. A refusal reads no more of the body
+// than it must, and closes an HTTP/1 connection (refuse).
 func (d *pushDoor) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r := d.r
 	if req.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		http.Error(w, "push requests are POSTs", http.StatusMethodNotAllowed)
+		refuse(w, req, http.StatusMethodNotAllowed, "push requests are POSTs")
 		return
+	}
+	select {
+	case <-r.stopping:
+		refuse(w, req, http.StatusServiceUnavailable, "shutting down")
+		return
+	default:
 	}
 	if code, err := d.authorize(req); err != nil {
 		r.obs.pushRefused(req.Context(), code, err)
-		http.Error(w, http.StatusText(code), code)
+		refuse(w, req, code, http.StatusText(code))
 		return
 	}
 	m, err := decodePush(req, r.s.name, r.s.push)
 	if err != nil {
 		r.obs.pushRefused(req.Context(), http.StatusBadRequest, err)
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		refuse(w, req, http.StatusBadRequest, err.Error())
 		return
 	}
 	out, parkedIt, err := d.run(req, m)
@@ -539,15 +601,5 @@ func (d *pushDoor) authorize(req *http.Request) (int, error) {
 	if s.push.email == "" {
 		return 0, nil // accepted when made, with WithUnauthenticatedPush
 	}
-	d.once.Do(func() {
-		if d.validator == nil {
-			d.validator, d.validatorErr = idtoken.NewValidator(context.Background())
-		}
-	})
-	if d.validatorErr != nil {
-		return http.StatusInternalServerError, d.validatorErr
-	}
-	return checkToken(req, d.validator, s.push.email, s.push.audience)
+	return d.tokens.check(req, s.push.email, s.push.audience)
 }
-
-var errNoToken = errors.New("no bearer token")

@@ -18,9 +18,11 @@
 // when it failed. One event fails once, transiently: it is answered 500,
 // and the service pushes it again after the subscription's retry policy's
 // backoff, before the customer's next event. Then the program sends its
-// own endpoint two forged requests, one without a token and one with a
-// token signed by a key Google never used; both are refused with 401, and
-// the handler does not run. It exits non-zero if an event was applied out
+// own endpoint three forged requests: one without a token, one with a
+// token signed by a key Google never used, and one without a token that
+// sends 10 bytes of its body and stalls; all are refused with 401, the
+// last at once, without waiting for its body, and the handler does not
+// run. The HTTP server has the timeouts a public endpoint needs. It exits non-zero if an event was applied out
 // of order, twice or not at all, or if a forged request got in.
 //
 // On Google Cloud the endpoint is an HTTPS URL the service can reach, the
@@ -33,6 +35,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -41,6 +44,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"time"
 
@@ -119,7 +123,7 @@ func serve(ctx context.Context, out io.Writer, fake *orderingtest.Server, client
 	b := newBook()
 	mux := http.NewServeMux()
 	mux.Handle("/push", sub.PushHandler(b.apply))
-	web := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	web := pushServer(mux)
 	served := make(chan error, 1)
 	go func() { served <- web.Serve(lis) }()
 	fmt.Fprintf(out, "serving %s: requests must carry a token of %s for that URL\n", endpoint, pusher)
@@ -138,6 +142,22 @@ func serve(ctx context.Context, out io.Writer, fake *orderingtest.Server, client
 	err = errors.Join(err, sub.Close(sctx))
 	fmt.Fprintln(out, "closed the subscription")
 	return errors.Join(err, b.check())
+}
+
+// pushServer returns the HTTP server of a push endpoint, with the timeouts
+// it needs (PushHandler's doc): a public URL meets clients that send
+// slowly, or not at all.
+func pushServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		// A body is at most 14 MB (10 MB of data in base64).
+		ReadTimeout: time.Minute,
+		// The answer waits for the handler, which the subscription's
+		// ack deadline bounds: 10 s by default.
+		WriteTimeout: 30 * time.Second,
+		IdleTimeout:  2 * time.Minute,
+	}
 }
 
 // demo publishes the orders, waits for the fake to see every one
@@ -190,7 +210,42 @@ func demo(ctx context.Context, out io.Writer, fake *orderingtest.Server, client 
 			return fmt.Errorf("a forged request %s was not refused", f.what)
 		}
 	}
+	status, err := stall(sub)
+	if err != nil {
+		return fmt.Errorf("a forged request that stalls its body: %w", err)
+	}
+	fmt.Fprintf(out, "forged request that sends 10 bytes of 1000, then nothing: %d %s at once\n", status, http.StatusText(status))
 	return nil
+}
+
+// stall sends sub's endpoint a request without a token that sends 10
+// bytes of its 1000-byte body, then nothing, and returns the status that
+// came back, within a second, or an error.
+func stall(sub *subscriber.Subscription) (int, error) {
+	u, err := url.Parse(sub.PushEndpoint())
+	if err != nil {
+		return 0, err
+	}
+	conn, err := net.DialTimeout("tcp", u.Host, time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	if _, err := fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Length: 1000\r\n\r\n0123456789", u.Path, u.Host); err != nil {
+		return 0, err
+	}
+	if err := conn.SetReadDeadline(time.Now().Add(time.Second)); err != nil {
+		return 0, err
+	}
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return 0, fmt.Errorf("no answer within a second: %w", err)
+	}
+	_ = res.Body.Close()
+	if res.StatusCode != http.StatusUnauthorized {
+		return 0, fmt.Errorf("answered %d, not 401", res.StatusCode)
+	}
+	return res.StatusCode, nil
 }
 
 // forge POSTs to sub's endpoint a well-formed push request that refunds

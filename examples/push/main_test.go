@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
@@ -31,6 +32,7 @@ func TestRun(t *testing.T) {
 		"the fake pushed 11 times: 10 answered 204 (ack), 1 answered 500 (nack, pushed again)",
 		"forged request without a token: 401 Unauthorized, handler ran: false",
 		"forged request with a token signed by another key: 401 Unauthorized, handler ran: false",
+		"forged request that sends 10 bytes of 1000, then nothing: 401 Unauthorized at once",
 		"closed the HTTP server\nclosed the subscription\nclosed the fake\n",
 		"every event was applied once, in order per customer, and the forged requests were refused",
 	} {
@@ -40,6 +42,18 @@ func TestRun(t *testing.T) {
 
 // TestBookCheck: the book refuses an event that is not its customer's
 // next one, and check reports it, as it reports a customer left short.
+// TestPushServerTimeouts: the example's server bounds how long a client
+// may take to send a request, its answer may take, and an idle connection
+// may stay.
+func TestPushServerTimeouts(t *testing.T) {
+	t.Parallel()
+	web := pushServer(http.NotFoundHandler())
+	assert.Positive(t, web.ReadHeaderTimeout)
+	assert.Positive(t, web.ReadTimeout)
+	assert.Greater(t, web.WriteTimeout, 10*time.Second, "longer than the default ack deadline")
+	assert.Positive(t, web.IdleTimeout)
+}
+
 func TestBookCheck(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -2,14 +2,20 @@
 // bounded memory of recent messages, whatever their number.
 package window
 
-import "sync"
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"sync"
+)
 
 // A Window remembers a value for each of the last size message IDs put in
 // it, forgetting the oldest once full. The zero value, or size 0,
 // remembers nothing. It is safe for concurrent use.
 //
-// Each entry costs about 100 bytes, so memory is bounded by the size,
-// whatever the number of keys or messages. A Receive keeps two: the IDs
+// Each entry costs at most about 200 bytes, whatever the ID's length: an ID
+// of up to [MaxRawID] bytes is kept as it is (about 100 bytes for the
+// service's IDs), a longer one as its SHA-256 (see entry). Memory is bounded
+// by the size, whatever the number, the keys or the length of the messages. A Receive keeps two: the IDs
 // of processed messages (S6), and the attempts of messages that failed
 // and have not succeeded yet; the control log keeps one, of the events it
 // has applied.
@@ -41,6 +47,7 @@ func (w *Window[V]) Update(id string, f func(V) V) V {
 		var zero V
 		return f(zero)
 	}
+	id = entry(id)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	old, ok := w.m[id]
@@ -66,6 +73,7 @@ func (w *Window[V]) Get(id string) (V, bool) {
 	if w.size == 0 {
 		return zero, false
 	}
+	id = entry(id)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	v, ok := w.m[id]
@@ -77,6 +85,7 @@ func (w *Window[V]) Delete(id string) {
 	if w.size == 0 {
 		return
 	}
+	id = entry(id)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.m, id)
@@ -90,4 +99,26 @@ func (w *Window[V]) Len() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.m)
+}
+
+// MaxRawID is the longest ID a Window keeps as it is. The service's message
+// IDs are decimal 64-bit numbers, 20 bytes at most, and the control log's
+// event IDs are its messages'.
+const MaxRawID = 64
+
+// entry returns what the window keeps for id: id itself, up to MaxRawID
+// bytes; otherwise a marker byte and the hex SHA-256 of id, MaxRawID+1
+// bytes in all. No ID kept as it is has that length, so a short ID never
+// stands for a long one, and two long IDs share an entry only if SHA-256
+// collides: an ID is never taken for another (S6), and the bytes an entry
+// holds are bounded whatever it is given.
+func entry(id string) string {
+	if len(id) <= MaxRawID {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	var b [MaxRawID + 1]byte
+	b[0] = '#'
+	hex.Encode(b[1:], sum[:])
+	return string(b[:])
 }

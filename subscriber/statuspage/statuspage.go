@@ -8,7 +8,8 @@
 // The page is plain HTML that polls its own URL with ?format=json every
 // second and updates itself; the JSON is a [Status]. It needs no external
 // asset, so it works offline. Keys appear on it: serve it where you would
-// serve pprof, not to the public.
+// serve pprof, not to the public. Every answer forbids framing
+// (X-Frame-Options, CSP frame-ancestors) and sniffing (nosniff).
 package statuspage
 
 import (
@@ -33,6 +34,12 @@ func Handler(sub *subscriber.Subscription) http.Handler {
 		panic("statuspage: Handler called with a nil *subscriber.Subscription")
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		// The page is not to be framed by another site, which could
+		// dress it up to have it clicked, nor read as anything but its
+		// own type.
+		w.Header().Set("X-Frame-Options", "DENY")
+		w.Header().Set("Content-Security-Policy", "frame-ancestors 'none'")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
 		if req.Method != http.MethodGet && req.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
