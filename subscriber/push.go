@@ -4,15 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
-	"net/url"
 	"sync"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
-	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"google.golang.org/api/idtoken"
 )
 
 // Push delivery: the service POSTs each message to an HTTPS endpoint of
@@ -20,9 +16,10 @@ import (
 // push subscription the service keeps at most one message of a key
 // outstanding, so a key's next message waits until the endpoint has
 // answered the previous one with a success: order holds as long as the
-// endpoint answers correctly. PushHandler is that endpoint. It runs the
-// handler through the same call path as Receive (call.go), and its door
-// (pushDoor) turns the path's decision into the status:
+// endpoint answers correctly. PushHandler is that endpoint
+// (pushEndpoint). It runs the handler through the same call path as
+// Receive (call.go), and its door, pushAnswer, delivers the path's verdict
+// as the status:
 //
 //   - 204 No Content acks: the handler succeeded, or the message was
 //     processed already (S6, S12), or, with parking, it was parked.
@@ -46,213 +43,6 @@ import (
 // afresh there, so WithMaxAttempts bounds the calls per instance; the
 // service's own count, with a dead-letter policy, is
 // Delivery.DeliveryAttempt.
-
-// WithPush makes [CreateWithTopic] create a push subscription: the service
-// POSTs each message to endpoint, an absolute https URL (the emulator and
-// ordering/orderingtest also take http), where [Subscription.PushHandler]
-// answers. The subscription has message ordering, as any CreateWithTopic
-// makes. An existing push subscription keeps its own endpoint and
-// authentication, as it keeps its ordering (S1): [Subscription.PushEndpoint]
-// and [Subscription.PushAuth] report them, and a difference from the
-// options is logged as a warning. An existing pull subscription cannot
-// serve a PushHandler: CreateWithTopic and Open refuse WithPush for one,
-// with ErrInvalidConfig.
-//
-// A failed push comes back after the subscription's retry policy
-// ([WithRetryPolicy]), not [WithBackoff], which spaces the retries that
-// Receive makes itself; without a retry policy the service backs off from
-// 100 ms up to 60 s.
-//
-// A push endpoint is a public URL: give it [WithPushAuth], so that only the
-// subscription's service account can deliver to it. Without it,
-// CreateWithTopic and Open refuse a push subscription unless
-// [WithUnauthenticatedPush] says that is meant. Serve it from an
-// http.Server with the timeouts [Subscription.PushHandler] names. The
-// default is a pull subscription. DESIGN.md's "Security model" says what
-// a push token proves.
-func WithPush(endpoint string) Option {
-	return func(c *config) error {
-		u, err := url.Parse(endpoint)
-		if err != nil || !u.IsAbs() || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			return invalid("WithPush(%q): need an absolute https URL", endpoint)
-		}
-		c.push.endpoint = endpoint
-		return nil
-	}
-}
-
-// WithPushAuth makes the push subscription [CreateWithTopic] creates
-// authenticate its requests: the service signs each with an OIDC token of
-// serviceAccountEmail, for audience ("" for the endpoint's URL, as the
-// service does), and [Subscription.PushHandler] refuses any request
-// without a valid Google-signed token of that account for that audience.
-// The account must exist and the service must be allowed to make its
-// tokens (roles/iam.serviceAccountTokenCreator for the Pub/Sub service
-// agent). On an existing subscription, the handler checks for the
-// subscription's own account and audience; a difference from the option
-// is logged as a warning, or refused with [WithStrictPushAuth]. Give each
-// subscription an audience of its own (its endpoint's URL, the default,
-// is one): a token binds neither the body nor the subscription, so two
-// subscriptions of one account and audience take each other's tokens.
-func WithPushAuth(serviceAccountEmail, audience string) Option {
-	return func(c *config) error {
-		if serviceAccountEmail == "" {
-			return invalid("WithPushAuth: empty service account email")
-		}
-		c.push.email, c.push.audience = serviceAccountEmail, audience
-		return nil
-	}
-}
-
-// WithStrictPushAuth makes [CreateWithTopic] and [Open] refuse, with
-// ErrInvalidConfig, an existing push subscription whose OIDC account or
-// audience differs from [WithPushAuth]'s (an audience of "" stands for the
-// endpoint's URL), rather than log the difference and check for the
-// subscription's own: a subscription changed behind the program's back
-// then stops the program instead of widening whom it trusts. It needs
-// WithPushAuth. By default a difference is logged as a warning.
-func WithStrictPushAuth() Option {
-	return func(c *config) error {
-		c.push.strictAuth = true
-		return nil
-	}
-}
-
-// WithUnauthenticatedPush accepts a push subscription whose requests carry
-// no token: anyone who learns the endpoint's URL can then deliver messages
-// to it. It is for endpoints that something in front of them already
-// authenticates, and for tests. The Subscription logs a warning once, when
-// it is made. By default such a subscription is refused.
-func WithUnauthenticatedPush() Option {
-	return func(c *config) error {
-		c.push.unauthenticated = true
-		return nil
-	}
-}
-
-// WithTokenValidator sets the validator [Subscription.PushHandler] checks
-// tokens with, in place of idtoken.NewValidator's, which fetches Google's
-// public keys. Tests use the one ordering/orderingtest's Server makes,
-// which trusts the fake's own key: the handler's checks are the same.
-// v must not be nil.
-func WithTokenValidator(v *idtoken.Validator) Option {
-	return func(c *config) error {
-		if v == nil {
-			return invalid("WithTokenValidator(nil)")
-		}
-		c.push.validator = v
-		return nil
-	}
-}
-
-// pushOptions are the push settings the options ask for.
-type pushOptions struct {
-	endpoint        string
-	email, audience string // WithPushAuth
-	strictAuth      bool   // WithStrictPushAuth
-	unauthenticated bool
-	validator       *idtoken.Validator
-}
-
-// pushSettings are a subscription's own push configuration.
-type pushSettings struct {
-	endpoint string // "" for a pull subscription
-	email    string // the OIDC token's account; "" for none
-	audience string // the token's audience: its own, or the endpoint's URL
-	wrapped  bool   // the body is the JSON envelope, not the bare data
-	metadata bool   // unwrapped, with the metadata as headers
-}
-
-func pushSettingsOf(sub *pubsubpb.Subscription) pushSettings {
-	pc := sub.GetPushConfig()
-	p := pushSettings{endpoint: pc.GetPushEndpoint(), wrapped: pc.GetNoWrapper() == nil}
-	p.metadata = pc.GetNoWrapper().GetWriteMetadata()
-	if tok := pc.GetOidcToken(); tok != nil {
-		p.email, p.audience = tok.GetServiceAccountEmail(), tok.GetAudience()
-		if p.audience == "" {
-			p.audience = p.endpoint
-		}
-	}
-	return p
-}
-
-// apply sets the push configuration on sub, a subscription about to be
-// created.
-func (o pushOptions) apply(sub *pubsubpb.Subscription) {
-	if o.endpoint == "" {
-		return
-	}
-	sub.PushConfig = &pubsubpb.PushConfig{PushEndpoint: o.endpoint}
-	if o.email != "" {
-		sub.PushConfig.AuthenticationMethod = &pubsubpb.PushConfig_OidcToken_{OidcToken: &pubsubpb.PushConfig_OidcToken{
-			ServiceAccountEmail: o.email, Audience: o.audience,
-		}}
-	}
-}
-
-// check refuses a push subscription that PushHandler could not serve
-// safely, and warns of one the options did not describe.
-func (o pushOptions) check(log *slog.Logger, name string, have pushSettings) error {
-	if o.strictAuth && o.email == "" {
-		return invalid("WithStrictPushAuth without WithPushAuth: give the account and audience to insist on")
-	}
-	if have.endpoint == "" {
-		if o.endpoint != "" {
-			return invalid("WithPush(%q): %s exists as a pull subscription, and keeps its delivery; drop WithPush, or delete the subscription to create it anew", redactURL(o.endpoint), name)
-		}
-		return nil
-	}
-	if !have.wrapped && !have.metadata {
-		return invalid("push subscription %s sends bare payloads without metadata: keyorder needs the message ID and ordering key (set write_metadata, or use the wrapped envelope)", name)
-	}
-	if have.email == "" && !o.unauthenticated {
-		return invalid("push subscription %s has no push authentication: give it WithPushAuth, or accept that with WithUnauthenticatedPush", name)
-	}
-	if have.email == "" {
-		log.Warn("keyorder/subscriber: the push subscription's requests carry no token: anyone who knows the endpoint can deliver to it",
-			"subscription", name, "endpoint", redactURL(have.endpoint))
-	}
-	if o.endpoint != "" && o.endpoint != have.endpoint {
-		log.Warn("keyorder/subscriber: the subscription exists and keeps its own push endpoint, which differs from WithPush",
-			"subscription", name, "endpoint", redactURL(have.endpoint), "asked", redactURL(o.endpoint))
-	}
-	if o.email != "" && (o.email != have.email || o.wantAudience(have) != have.audience) {
-		if o.strictAuth {
-			return invalid("WithStrictPushAuth: %s pushes with tokens of %q for audience %q, not WithPushAuth's %q for %q; update its push configuration, or the option",
-				name, have.email, redactURL(have.audience), o.email, redactURL(o.wantAudience(have)))
-		}
-		log.Warn("keyorder/subscriber: the subscription exists and keeps its own push authentication, which differs from WithPushAuth",
-			"subscription", name, "account", have.email, "audience", redactURL(have.audience))
-	}
-	return nil
-}
-
-// wantAudience is the audience WithPushAuth asks for: its own, or else the
-// endpoint's URL, WithPush's or, without it, the subscription's.
-func (o pushOptions) wantAudience(have pushSettings) string {
-	switch {
-	case o.audience != "":
-		return o.audience
-	case o.endpoint != "":
-		return o.endpoint
-	}
-	return have.endpoint
-}
-
-// PushEndpoint returns the URL the service pushes the subscription's
-// messages to, as the service reported it when the Subscription was made;
-// "" for a pull subscription.
-func (s *Subscription) PushEndpoint() string { return s.push.endpoint }
-
-// PushAuth returns the service account whose tokens the subscription's
-// push requests carry, and the tokens' audience; "" and "" when they carry
-// none.
-func (s *Subscription) PushAuth() (serviceAccountEmail, audience string) {
-	if s.push.email == "" {
-		return "", ""
-	}
-	return s.push.email, s.push.audience
-}
 
 // PushHandler returns the HTTP handler of the subscription's push
 // endpoint. It runs h for each message the service pushes, through the
@@ -308,14 +98,14 @@ func (s *Subscription) PushHandler(h Handler) http.Handler {
 	if err != nil {
 		panic(err) // the options were checked when s was made
 	}
-	d := &pushDoor{r: r, tokens: newTokenChecker(s.cfg.push.validator)}
+	e := &pushEndpoint{r: r, tokens: newTokenChecker(s.cfg.push.validator)}
 	if s.parking != nil {
-		d.parking = startPushParking(r) // stores s.current once up
+		e.parking = startPushParking(r) // stores s.current once up
 	} else {
 		s.current.Store(r)
 	}
-	s.pushing.Store(d)
-	return d
+	s.pushing.Store(e)
+	return e
 }
 
 // Close stops what [Subscription.PushHandler] runs: requests that arrive
@@ -335,17 +125,18 @@ func (s *Subscription) Close(ctx context.Context) error {
 	if s == nil {
 		return invalid("Close on a nil Subscription")
 	}
-	d := s.pushing.Load()
-	if d == nil {
+	e := s.pushing.Load()
+	if e == nil {
 		return nil
 	}
-	return d.close(ctx)
+	return e.close(ctx)
 }
 
-// A pushDoor is the push endpoint. Each of its requests runs through the
-// call path with a door of its own, pushAnswer, and the endpoint answers
-// with the decision.
-type pushDoor struct {
+// A pushEndpoint is the push endpoint: the HTTP side of push (tokens,
+// requests, answers, Close). Each of its requests runs through the call
+// path with a door of its own, pushAnswer, and the endpoint answers with
+// the verdict it delivers.
+type pushEndpoint struct {
 	r *receiver
 	// tokens checks the requests' tokens (push_auth.go).
 	tokens *tokenChecker
@@ -368,8 +159,8 @@ type pushDoor struct {
 
 // ServeHTTP answers one push request. A refusal reads no more of the body
 // than it must, and closes an HTTP/1 connection (refuse).
-func (d *pushDoor) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	r := d.r
+func (e *pushEndpoint) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	r := e.r
 	if req.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		refuse(w, req, http.StatusMethodNotAllowed, "push requests are POSTs")
@@ -381,7 +172,7 @@ func (d *pushDoor) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	default:
 	}
-	if code, err := d.authorize(req); err != nil {
+	if code, err := e.authorize(req); err != nil {
 		r.obs.pushRefused(req.Context(), code, err)
 		refuse(w, req, code, http.StatusText(code))
 		return
@@ -392,7 +183,7 @@ func (d *pushDoor) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		refuse(w, req, http.StatusBadRequest, err.Error())
 		return
 	}
-	out, parkedIt, err := d.run(req, m)
+	out, parkedIt, err := e.run(req, m)
 	switch {
 	case err != nil:
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
@@ -405,7 +196,7 @@ func (d *pushDoor) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	if parkedIt != nil {
 		// Told once the answer is written (S11).
-		d.parking.parked.told(KeyParked, m.OrderingKey, parkedIt, time.Now(), "")
+		e.parking.parked.told(KeyParked, m.OrderingKey, parkedIt, time.Now(), "")
 	}
 }
 
@@ -415,16 +206,16 @@ func (d *pushDoor) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // the answer reports, with the park this request made, if it made one,
 // to be told once the answer is written; or an error, for a 503, when the
 // door is closed or parking is not up.
-func (d *pushDoor) run(req *http.Request, m *pubsub.Message) (outcome, *parkCause, error) {
-	r, ctx := d.r, req.Context()
-	if !d.enter() {
+func (e *pushEndpoint) run(req *http.Request, m *pubsub.Message) (outcome, *parkCause, error) {
+	r, ctx := e.r, req.Context()
+	if !e.enter() {
 		return 0, nil, errShuttingDown
 	}
-	defer d.calls.Done()
+	defer e.calls.Done()
 	var p *parking
-	if d.parking != nil {
+	if e.parking != nil {
 		var err error
-		if p, err = d.parking.await(ctx); err != nil {
+		if p, err = e.parking.await(ctx); err != nil {
 			return 0, nil, err
 		}
 		// A move to the parking topic ends with the request, or when Close
@@ -435,7 +226,7 @@ func (d *pushDoor) run(req *http.Request, m *pubsub.Message) (outcome, *parkCaus
 		defer context.AfterFunc(p.ops, stop)()
 	}
 	if m.OrderingKey != "" {
-		done, err := d.keys.enter(ctx, m.OrderingKey)
+		done, err := e.keys.enter(ctx, m.OrderingKey)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -451,29 +242,29 @@ func (d *pushDoor) run(req *http.Request, m *pubsub.Message) (outcome, *parkCaus
 			return 0, nil, err
 		}
 		if parked {
-			return d.parked(j), nil, nil
+			return e.parked(j), nil, nil
 		}
 	}
-	v := d.call(ctx, j)
+	v := e.call(ctx, j)
 	if v.kind == parkKey {
 		parked, cause, err := p.parkPush(ctx, j, v.err)
 		if parked {
-			return d.parked(j), cause, nil
+			return e.parked(j), cause, nil
 		}
 		r.obs.log.Warn("keyorder/subscriber: could not park a pushed message; the service will push it again",
 			"key", j.d.Key, "error", err)
 	}
-	return d.deliver(j, v), nil, nil
+	return e.deliver(j, v), nil, nil
 }
 
 // enter counts a request at work, unless the door is closed.
-func (d *pushDoor) enter() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
+func (e *pushEndpoint) enter() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
 		return false
 	}
-	d.calls.Add(1)
+	e.calls.Add(1)
 	return true
 }
 
@@ -481,8 +272,8 @@ func (d *pushDoor) enter() bool {
 // lane showing it running meanwhile (lane_push.go), and returns the
 // verdict. The handler's context ends with the request, as the service
 // stops waiting for the answer then, or with the door's drain.
-func (d *pushDoor) call(ctx context.Context, j *job) verdict {
-	r := d.r
+func (e *pushEndpoint) call(ctx context.Context, j *job) verdict {
+	r := e.r
 	life, cancel := context.WithCancel(r.handlerCtx)
 	defer cancel()
 	defer context.AfterFunc(ctx, cancel)()
@@ -493,10 +284,10 @@ func (d *pushDoor) call(ctx context.Context, j *job) verdict {
 }
 
 // parked settles j as moved to the parking topic.
-func (d *pushDoor) parked(j *job) outcome {
+func (e *pushEndpoint) parked(j *job) outcome {
 	var fx effects
-	d.r.parked(&fx, j)
-	d.r.count(j, outParked) // nothing to ack: the answer acks it
+	e.r.parked(&fx, j)
+	e.r.count(j, outParked) // nothing to ack: the answer acks it
 	return outParked
 }
 
@@ -522,7 +313,7 @@ func (a pushAnswer) settle(j *job, v verdict) {
 // counts it as Receive counts its settlements: a success or a copy acks,
 // a failure nacks, for the service to push the message again, or to
 // dead-letter it.
-func (d *pushDoor) deliver(j *job, v verdict) outcome {
+func (e *pushEndpoint) deliver(j *job, v verdict) outcome {
 	out := outFailed
 	switch v.kind {
 	case ran:
@@ -534,7 +325,7 @@ func (d *pushDoor) deliver(j *job, v verdict) outcome {
 	case retrying:
 		out = outRetried
 	}
-	d.r.count(j, out)
+	e.r.count(j, out)
 	return out
 }
 
@@ -543,13 +334,13 @@ func (d *pushDoor) deliver(j *job, v verdict) outcome {
 // cancels what runs, and stops the receiver. It returns nil once all that
 // has ended, or ctx.Err() when ctx ends first, whatever is still under
 // way: that goes on ending behind it, and a later close may wait for it.
-func (d *pushDoor) close(ctx context.Context) error {
-	d.closeOnce.Do(func() {
-		d.finished = make(chan struct{})
-		go d.shut(ctx)
+func (e *pushEndpoint) close(ctx context.Context) error {
+	e.closeOnce.Do(func() {
+		e.finished = make(chan struct{})
+		go e.shut(ctx)
 	})
 	select {
-	case <-d.finished:
+	case <-e.finished:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -558,20 +349,20 @@ func (d *pushDoor) close(ctx context.Context) error {
 
 // shut is close's work, on a goroutine of its own: ctx, the first close's,
 // may cut the drain short.
-func (d *pushDoor) shut(ctx context.Context) {
-	defer close(d.finished)
-	r := d.r
-	d.mu.Lock()
-	d.closed = true
-	d.mu.Unlock()
+func (e *pushEndpoint) shut(ctx context.Context) {
+	defer close(e.finished)
+	r := e.r
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
 	close(r.stopping)
 	drained := make(chan struct{})
 	go func() {
 		defer close(drained)
 		var wg sync.WaitGroup
-		wg.Go(d.calls.Wait)
-		if d.parking != nil {
-			wg.Go(d.parking.drain)
+		wg.Go(e.calls.Wait)
+		if e.parking != nil {
+			wg.Go(e.parking.drain)
 		}
 		wg.Wait()
 	}()
@@ -583,12 +374,12 @@ func (d *pushDoor) shut(ctx context.Context) {
 	case <-ctx.Done():
 	}
 	r.cancelHandlers()
-	if d.parking != nil {
-		d.parking.cancel()
+	if e.parking != nil {
+		e.parking.cancel()
 	}
 	<-drained
-	if d.parking != nil {
-		d.parking.close()
+	if e.parking != nil {
+		e.parking.close()
 	}
 	r.obs.close()
 	r.s.current.Store(nil)
@@ -596,10 +387,10 @@ func (d *pushDoor) shut(ctx context.Context) {
 
 // authorize checks the request's token when the subscription has push
 // authentication, and returns the status to refuse it with.
-func (d *pushDoor) authorize(req *http.Request) (int, error) {
-	s := d.r.s
+func (e *pushEndpoint) authorize(req *http.Request) (int, error) {
+	s := e.r.s
 	if s.push.email == "" {
 		return 0, nil // accepted when made, with WithUnauthenticatedPush
 	}
-	return d.tokens.check(req, s.push.email, s.push.audience)
+	return e.tokens.check(req, s.push.email, s.push.audience)
 }

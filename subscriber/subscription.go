@@ -50,7 +50,7 @@ type Subscription struct {
 	// push is the subscription's push configuration, set when made; and
 	// pushing its push endpoint, once PushHandler has made it (push.go).
 	push    pushSettings
-	pushing atomic.Pointer[pushDoor]
+	pushing atomic.Pointer[pushEndpoint]
 }
 
 // CreateWithTopic returns the subscription subID of topic topicID, creating
