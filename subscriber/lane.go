@@ -336,9 +336,10 @@ func (l *lane) Run() {
 // Drop is called by the pool when it discards a turn before it ran, at
 // shutdown: the lane's deliveries are nacked unrun (S7).
 func (l *lane) Drop() {
-	l.update(func(_ time.Time, fx *effects) {
+	l.update(func(_ time.Time) (fx effects) {
 		l.active, l.turn = false, false
-		l.drain(fx, outShutdown)
+		l.drain(&fx, outShutdown)
+		return fx
 	})
 }
 
@@ -346,10 +347,13 @@ func (l *lane) Drop() {
 // changes it under the mutex, next decides its next turn, and what they
 // decided is applied once the mutex is released (apply). next releases a
 // lane left with nothing.
-func (l *lane) update(f func(now time.Time, fx *effects)) {
-	var fx effects
+//
+// f returns what it decided, rather than being handed a pointer to fill:
+// a pointer passed to a function value escapes, and would cost every
+// settlement an allocation.
+func (l *lane) update(f func(now time.Time) effects) {
 	l.sh.mu.Lock()
-	f(time.Now(), &fx)
+	fx := f(time.Now())
 	l.next(&fx)
 	l.sh.mu.Unlock()
 	l.r.apply(l, &fx)
@@ -398,13 +402,13 @@ func (l *lane) begin() *job {
 // the failure policy the verdict names (lane_failure.go); once Receive is
 // stopping, the job is nacked (S7).
 func (l *lane) settle(j *job, v verdict) {
-	l.update(func(now time.Time, fx *effects) {
+	l.update(func(now time.Time) (fx effects) {
 		l.running = nil
 		if v.took > 0 {
 			l.pace = ewma(l.pace, v.took)
 			l.stats.ran(v.took)
 		}
-		l.note(j, v, now, fx)
+		l.note(j, v, now, &fx)
 		switch v.kind {
 		case ran:
 			fx.add(j, outAcked)
@@ -417,10 +421,11 @@ func (l *lane) settle(j *job, v verdict) {
 		case parkKey:
 			l.r.park.park(l, j, v.err) // lane_park.go: the next flight parks the key
 		case holdKey:
-			l.hold(j, fx)
+			l.hold(j, &fx)
 		case forsaken:
 			fx.add(j, outFailed)
 		}
+		return fx
 	})
 }
 
@@ -489,7 +494,7 @@ func (l *lane) wait(d time.Duration, now time.Time) {
 
 // due is the retry timer's function: the head's next attempt is due.
 func (l *lane) due() {
-	l.update(func(time.Time, *effects) { l.retry = nil })
+	l.update(func(time.Time) effects { l.retry = nil; return effects{} })
 }
 
 // ewma folds d into the moving average avg, a quarter at a time; the first

@@ -169,11 +169,12 @@ func (l *lane) endTrouble(fx *effects, reason string, now time.Time) {
 // service must have sent it to another client, and the key goes on here
 // with what came back, in order. The key showed as held all the while.
 func (l *lane) lapsed(t *trouble) {
-	l.update(func(now time.Time, fx *effects) {
+	l.update(func(now time.Time) (fx effects) {
 		if l.trouble == t && t.held {
 			t.lapse = nil
-			l.endTrouble(fx, ReasonLapsed, now)
+			l.endTrouble(&fx, ReasonLapsed, now)
 		}
+		return fx
 	})
 }
 

@@ -259,13 +259,13 @@ func truncateUTF8(s string, n int) string {
 // here, so that nothing is lost or overtaken. At shutdown they are nacked.
 func (fl *flight) land(parked bool, err error) {
 	l, r := fl.l, fl.p.r
-	l.update(func(now time.Time, fx *effects) {
+	l.update(func(now time.Time) (fx effects) {
 		pk := &l.pk
 		pk.flight = false
 		switch {
 		case parked:
 			pk.failed, pk.tries = nil, 0
-			r.parked(fx, fl.jobs...)
+			r.parked(&fx, fl.jobs...)
 		case r.stopped():
 			for _, j := range fl.jobs {
 				fx.add(j, outShutdown)
@@ -279,6 +279,7 @@ func (fl *flight) land(parked bool, err error) {
 				l.wait(r.backoff(pk.tries), now)
 			}
 		}
+		return fx
 	})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		r.obs.log.Warn("keyorder/subscriber: could not park messages; will try again", "key", l.key, "error", err)
@@ -287,7 +288,7 @@ func (fl *flight) land(parked bool, err error) {
 
 // unfence moves the lane on once the barrier it waited for has passed.
 func (l *lane) unfence() {
-	l.update(func(time.Time, *effects) { l.pk.waiting = false })
+	l.update(func(time.Time) effects { l.pk.waiting = false; return effects{} })
 }
 
 // parked settles jobs, moved to the parking topic, as parked: acked, and
