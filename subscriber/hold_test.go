@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -336,4 +337,35 @@ func TestHeldKeysAndEvents(t *testing.T) {
 	assert.Positive(t, st.Failed)
 	assert.Positive(t, st.NackedTail, "the key's tail was nacked with its failed message")
 	assert.True(t, errors.Is(events[0].Err, errInjected))
+}
+
+// TestOrderSurvivesEmulatorRedelivery: on a server that redelivers only
+// what was nacked, in the order of the nack request, as Google's emulator
+// does, a key whose message fails for good still runs every message in
+// order: the hold waits for every message it sent back, and runs them in
+// the order this Receive first received them.
+func TestOrderSurvivesEmulatorRedelivery(t *testing.T) {
+	t.Parallel()
+	keys := keyNames(4)
+	const perKey = 40
+	tr := newTracker(keys, perKey)
+	var failed atomic.Bool
+	e := newFakeEnv(t, []orderingtest.Option{orderingtest.WithEmulatorRedelivery()}, subscriber.WithMaxAttempts(1), fast)
+	e.publish(t, keys, perKey)
+	stop := start(t, e.sub, tr.handler(func(_ context.Context, d *subscriber.Delivery) error {
+		if string(d.Data) == "key-2/3" && failed.CompareAndSwap(false, true) {
+			return errInjected
+		}
+		return nil
+	}))
+	select {
+	case <-tr.done:
+	case <-time.After(testTimeout):
+		t.Fatalf("%d messages left; %+v", tr.remaining, e.sub.Stats())
+	}
+	stop()
+	tr.verify(t)
+	assert.True(t, failed.Load())
+	st := e.sub.Stats()
+	assert.Positive(t, st.NackedTail+st.NackedHeld, "the key's later messages were sent back, and came back in the nack request's order")
 }

@@ -119,7 +119,22 @@ func (sub *subscription) serve(b *batch, kind int) (found, room bool) {
 func (sub *subscription) deliverKey(b *batch, k *keyState) bool {
 	defer sub.forget(k)
 	var wait time.Time
-	for k.pending() {
+	for e := k.takeAgain(); e != nil && wait.IsZero(); e = k.takeAgain() {
+		switch {
+		case e.notDue(b.now):
+			wait = e.due
+		case sub.deadLetterDue(e):
+			sub.forward(e)
+			k.again = k.again[1:]
+		case !b.fits(e.msg):
+			sub.putBack(b.st, k)
+			return false
+		default:
+			sub.deliver(b, e)
+			k.again = k.again[1:]
+		}
+	}
+	for wait.IsZero() && k.next < len(k.queue) {
 		e := k.queue[k.next]
 		if e.gone {
 			k.next++

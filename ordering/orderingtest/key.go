@@ -46,9 +46,13 @@ type keyState struct {
 	stream      *stream // affinity; meaningful while outstanding > 0
 	queued      bool    // in stream.ready or subscription.waiting
 	delayed     bool    // waiting in Server.delays until its next message is due
+	// again holds, with WithEmulatorRedelivery, the messages nacked or
+	// expired, to be delivered again by themselves, in the order they
+	// were nacked (redelivery.go).
+	again []*entry
 }
 
-func (k *keyState) pending() bool { return k.next < len(k.queue) }
+func (k *keyState) pending() bool { return k.next < len(k.queue) || len(k.again) > 0 }
 
 // delivered counts the messages of the current pass that a tail
 // redelivery would send again: every delivered one that is not gone.

@@ -19,6 +19,8 @@ type config struct {
 	responseSize int           // messages per StreamingPull response, at most
 	latency      time.Duration // added to each publish and each delivery
 	pushClient   *http.Client  // nil: a client of the server's own
+	// emulatorRedelivery: redeliver as Google's emulator does (redelivery.go)
+	emulatorRedelivery bool
 }
 
 // DefaultAddress is where a Server listens unless WithAddress says

@@ -376,3 +376,34 @@ func TestPullFillsAcrossKeys(t *testing.T) {
 	}
 	assert.ElementsMatch(t, []string{"k/1", "j/1", "i/1"}, got)
 }
+
+// TestEmulatorRedelivery: with WithEmulatorRedelivery, as on Google's
+// emulator, a nacked message comes again by itself: 3, nacked after 4 and
+// 5 were acknowledged, comes back alone, and 4 and 5 do not.
+func TestEmulatorRedelivery(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, orderingtest.WithEmulatorRedelivery())
+	f.publish(f.topic, []string{"k"}, 0, 5)
+
+	held := make(chan *pubsub.Message, 1)
+	var h handled
+	var once sync.Once
+	f.receive(f.sub, nil, func(_ context.Context, m *pubsub.Message) {
+		key, seq := parse(t, m.Data)
+		h.add(key, seq)
+		if seq == 3 {
+			hold := false
+			once.Do(func() { hold = true })
+			if hold {
+				held <- m
+				return
+			}
+		}
+		m.Ack()
+	})
+	m3 := recv(t, held, "message 3")
+	f.waitFor("1, 2, 4 and 5 acked", func() bool { return f.srv.Stats(f.sub).Acked == 4 })
+	m3.Nack()
+	f.waitFor("3 acked", func() bool { return f.srv.Stats(f.sub).Acked == 5 })
+	assert.Equal(t, []int{1, 2, 3, 4, 5, 3}, h.of("k"), "only the nacked message came again")
+}

@@ -83,7 +83,7 @@ func (sub *subscription) route(k *keyState) {
 	if !k.pending() || k.queued || k.delayed {
 		return
 	}
-	if e := k.queue[k.next]; e.notDue(time.Now()) {
+	if e := k.head(); e != nil && e.notDue(time.Now()) {
 		sub.delayKey(k, e.due)
 		return
 	}
@@ -230,6 +230,12 @@ func (sub *subscription) fail(l *lease) {
 	if e.key == nil {
 		e.due = sub.srv.dueAfter(backoff)
 		sub.line(e)
+		return
+	}
+	if sub.srv.cfg.emulatorRedelivery {
+		e.due = sub.srv.dueAfter(backoff)
+		e.key.againLater(e)
+		sub.route(e.key)
 		return
 	}
 	sub.rewind(e.key, e.key.index(e))
