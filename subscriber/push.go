@@ -447,6 +447,8 @@ func (d *pushDoor) settle(j *job, v decision) outcome {
 func (d *pushDoor) close(ctx context.Context) error {
 	d.closeOnce.Do(func() {
 		r := d.r
+		r.ending.begin(r.cfg.drainTimeout) // bounds the waits for the server (ShutdownBound)
+		defer r.ending.end()
 		d.mu.Lock()
 		d.closed = true
 		d.mu.Unlock()

@@ -94,7 +94,7 @@ func (s *Subscription) Receive(ctx context.Context, h Handler) error {
 	if pulled != nil {
 		r.flushAcks()
 		stopPulling()
-		pullErr = <-pulled
+		pullErr = r.awaitPull(pulled)
 	}
 	r.nackLeftovers()
 	return r.finish(pullErr)
@@ -174,6 +174,7 @@ func (r *receiver) start(ctx context.Context) (context.Context, error) {
 // finish waits, once the official Receive has returned, for what start
 // started, and returns the error Receive returns.
 func (r *receiver) finish(pullErr error) error {
+	defer r.ending.end()
 	if r.park != nil {
 		pullErr = r.park.stop(pullErr)
 	}
