@@ -100,6 +100,9 @@ func setupParking(ctx context.Context, client *pubsub.Client, sub *pubsubpb.Subs
 		return nil, err
 	}
 	t.retention = ret
+	if err := probeParking(ctx, client, sub.GetName()); err != nil {
+		return nil, err
+	}
 	return t, nil
 }
 
