@@ -296,6 +296,7 @@ type pushDoor struct {
 	// runs a key's pushes one at a time.
 	parking *pushParking
 	keys    keyGate
+	hints   pushHints // push_hint.go
 
 	// calls counts the requests at work; a request joins it under mu
 	// unless closed is set, which close sets under mu before it waits.
@@ -315,6 +316,7 @@ func (d *pushDoor) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "push requests are POSTs", http.StatusMethodNotAllowed)
 		return
 	}
+	d.hintToken(req)
 	if code, err := d.authorize(req); err != nil {
 		r.obs.pushRefused(req.Context(), code, err)
 		http.Error(w, http.StatusText(code), code)
@@ -326,6 +328,7 @@ func (d *pushDoor) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	d.hintKey(m)
 	out, err := d.run(req, m)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
