@@ -6,6 +6,7 @@ package harness
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -115,6 +116,36 @@ func Open(ctx context.Context) (c *pubsub.Client, where string, closeAll func(),
 		return nil, "", nil, err
 	}
 	return c, "embedded pstest at " + srv.Addr, func() { _ = c.Close(); _ = srv.Close() }, nil
+}
+
+// OpenFake is Open with an embedded ordering/orderingtest server instead
+// of pstest, for an example that needs what pstest lacks: Seek to a time
+// on an ordered subscription, and ordering as the service keeps it.
+func OpenFake(ctx context.Context) (c *pubsub.Client, where string, closeAll func(), err error) {
+	if os.Getenv(EmulatorEnv) != "" {
+		return Open(ctx)
+	}
+	srv, err := orderingtest.New()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	c, err = ConnectProject(ctx, srv.Addr, ExampleProject())
+	if err != nil {
+		_ = srv.Close()
+		return nil, "", nil, err
+	}
+	return c, "embedded ordering-faithful fake at " + srv.Addr, func() { _ = c.Close(); _ = srv.Close() }, nil
+}
+
+// EmbeddedOnly returns an error that says why the example what runs on
+// its embedded fake only, because of why, when PUBSUB_EMULATOR_HOST is
+// set; nil when it is not. An example that cannot run on another server
+// says so rather than ignore the variable.
+func EmbeddedOnly(what, why string) error {
+	if addr := os.Getenv(EmulatorEnv); addr != "" {
+		return fmt.Errorf("%s runs on its embedded fake only, which %s; unset %s (it names %s)", what, why, EmulatorEnv, addr)
+	}
+	return nil
 }
 
 // GoogleEmulatorEnv names the variable that tells tests where Google's

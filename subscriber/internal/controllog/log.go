@@ -290,7 +290,7 @@ func (l *Log) record(ctx context.Context, ev *event) (Verdict, error) {
 	case <-ctx.Done():
 		return Verdict{}, ctx.Err()
 	case <-l.f.gone():
-		return Verdict{}, errStopped
+		return Verdict{}, l.Err() // why, if the follower failed
 	}
 }
 
