@@ -179,7 +179,7 @@ func (r *receiver) finish(pullErr error) error {
 		pullErr = r.park.stop(pullErr)
 	}
 	if r.confirm != nil {
-		r.confirm.stop(r.cfg.drainTimeout)
+		r.confirm.stop(r.ending.left()) // ShutdownBound
 	}
 	return pullErr
 }

@@ -115,6 +115,16 @@ func (e *ending) deadline() context.Context {
 	return e.late
 }
 
+// left returns how long the shutdown may still wait for the server, 0
+// once its time is up.
+func (e *ending) left() time.Duration {
+	d, ok := e.deadline().Deadline()
+	if !ok {
+		return 0
+	}
+	return max(time.Until(d), 0)
+}
+
 // drainEnd returns when the drain timeout ends: d after the shutdown
 // began.
 func (e *ending) drainEnd(d time.Duration) time.Time {
@@ -180,11 +190,11 @@ func (r *receiver) shutdown() {
 
 // flushAcks waits until the acks handed to the official client have been
 // sent, before its streams close: on an exactly-once subscription, until
-// the service has answered them (within the drain timeout); otherwise
+// the service has answered them (within the shutdown's time); otherwise
 // until ackFlush has passed since the last one.
 func (r *receiver) flushAcks() {
 	if r.confirm != nil {
-		r.confirm.flush(r.cfg.drainTimeout)
+		r.confirm.flush(r.ending.left())
 		return
 	}
 	since := time.Since(r.ending.born) - time.Duration(r.ending.lastAck.Load())

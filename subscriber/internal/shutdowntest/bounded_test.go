@@ -135,6 +135,7 @@ func returnsInTime(t *testing.T, what string, end func(), done <-chan error) err
 	select {
 	case err := <-done:
 		took := time.Since(began)
+		t.Logf("%s returned %v after its ctx ended", what, took)
 		assert.LessOrEqual(t, took, bound+slack, "%s returned %v after its ctx ended: over the drain timeout plus ShutdownBound, %v", what, took, bound)
 		return err
 	case <-time.After(testTimeout):
@@ -160,6 +161,7 @@ func TestShutdownBounded(t *testing.T) {
 		{"catching up", boundedCatchingUp},
 		{"catching up, its subscription made", boundedCatchingUpLate},
 		{"receiving", boundedReceiving},
+		{"receiving, exactly once", boundedExactlyOnce},
 		{"parking", boundedParking},
 		{"releasing", boundedReleasing},
 		{"push close", boundedPushClose},
@@ -212,6 +214,18 @@ func boundedReceiving(t *testing.T, fail func(*orderingtest.Link)) {
 	for _, k := range []string{"a", "b", "c", "d"} {
 		e.publishSeqs(t, k, 1, 5)
 	}
+	ran := make(chan struct{}, 1)
+	stop := e.receiving(t, signal(ran))
+	awaitSignal(t, ran, "a handler ran")
+	fail(e.link)
+	require.NoError(t, stop())
+}
+
+// boundedExactlyOnce: as boundedReceiving, on an exactly-once
+// subscription, whose acks wait for the server's answers.
+func boundedExactlyOnce(t *testing.T, fail func(*orderingtest.Link)) {
+	e := newOutageEnv(t, subscriber.WithExactlyOnceDelivery())
+	e.publishSeqs(t, "a", 1, 5)
 	ran := make(chan struct{}, 1)
 	stop := e.receiving(t, signal(ran))
 	awaitSignal(t, ran, "a handler ran")
