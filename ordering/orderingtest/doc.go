@@ -128,6 +128,12 @@
 // [AnyMessage]. Each returns a [Fault] that counts its firings and can be
 // awaited and removed.
 //
+// A server that is gone or hangs is a [Link]'s: clients dial [StartLink]'s
+// address instead of the server's, and [Link.Hang] stops every byte
+// between them, [Link.Cut] closes every connection, and [Link.Restore]
+// undoes either. It relays TCP, so it stands in front of pstest or
+// Google's emulator as well.
+//
 // # Push
 //
 // A subscription created with a push endpoint gets each message as an HTTP
