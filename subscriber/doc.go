@@ -61,6 +61,27 @@
 // [RegionalEndpoint], which leaves a client for the emulator
 // (PUBSUB_EMULATOR_HOST) as it is.
 //
+// # Turning parking on and off
+//
+// Every process that receives a parking subscription must park, to the
+// same topic. The subscription records it in its label [LabelParking],
+// set by the first [CreateWithTopic] or [Open] with [WithParking]; from
+// then on, one without WithParking, or with another topic, fails with
+// [ErrInvalidConfig] before it receives anything. On a running
+// deployment:
+//
+//  1. On: deploy the version with WithParking. Its first process labels
+//     the subscription, and old processes that restart are refused. Old
+//     processes still running go on without parking until they are
+//     replaced: while both run, a key parked by a new process may have a
+//     later message run by an old one, so let the old ones go first (a
+//     "Recreate" rollout) if that matters.
+//  2. Off: release every parked key ([Subscription.Parked] lists none),
+//     stop the processes with WithParking, remove the label
+//     (gcloud pubsub subscriptions update SUB
+//     --remove-labels=keyorder-parking), then start processes without it.
+//  3. Another parking topic: turn parking off, then on with the new topic.
+//
 // # Room
 //
 // A key that is stuck, failing or slow, cannot fill the official client's
@@ -85,7 +106,8 @@
 // # Shutdown
 //
 // Receive returns when its context ends, after nacking what was queued
-// and letting running handlers finish within a drain timeout (S7).
+// and letting running handlers finish within a drain timeout (S7): within
+// the drain timeout plus [ShutdownBound], whatever the server does.
 //
 // # Sequence numbers
 //

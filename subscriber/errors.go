@@ -178,3 +178,33 @@ var ErrParkedAgain = errors.New("keyorder/subscriber: a released message failed 
 // [Subscription.WithdrawRelease] for a parked key with no release request
 // pending.
 var ErrNoRequest = errors.New("keyorder/subscriber: no release request is pending for the key")
+
+// ErrUnsupported is matched, through errors.Is, by the *[UnsupportedError]
+// that [CreateWithTopic] and [Open] return with [WithParking], and
+// [Replay] returns, when the server lacks a call they need: Google's
+// Pub/Sub emulator, for one, refuses Seek to a time on an ordered
+// subscription, which parking's control log and Replay read back with.
+var ErrUnsupported = errors.New("keyorder/subscriber: the server lacks a call keyorder needs")
+
+// UnsupportedError names the call a server lacks, what needs it, and the
+// fix.
+type UnsupportedError struct {
+	// Call is the missing call, e.g. "Seek to a time on an ordered
+	// subscription".
+	Call string
+	// For is what needs it, e.g. "WithParking".
+	For string
+	// Err is the server's answer.
+	Err error
+}
+
+func (e *UnsupportedError) Error() string {
+	return fmt.Sprintf("%sthe server does not support %s, which %s needs (%v); use a server that does: Pub/Sub itself, or keyorder's fake (go run ./examples/emulator -fake); go run ./examples/emulator -check ADDR tells what a server supports",
+		errPrefix, e.Call, e.For, e.Err)
+}
+
+// Is reports whether target is ErrUnsupported.
+func (e *UnsupportedError) Is(target error) bool { return target == ErrUnsupported }
+
+// Unwrap returns the server's answer.
+func (e *UnsupportedError) Unwrap() error { return e.Err }

@@ -246,6 +246,13 @@ func (o *recorder) releaseRequestFailed(key, requester string, err error, retry 
 		slog.String("key", key), slog.String("requested_by", requester), slog.Any("error", err), slog.Bool("retry", retry))
 }
 
+// shutdownCut logs that a shutdown stopped waiting for the official
+// client, whose requests the server did not answer in time (see
+// ShutdownBound).
+func (o *recorder) shutdownCut() {
+	o.log.LogAttrs(context.Background(), slog.LevelWarn, "keyorder/subscriber: the server did not answer the shutdown in time; Receive returns without waiting for the official client")
+}
+
 // callbackPanicked logs a panic in a user callback (WithErrorHandler,
 // WithKeyEvents), once, with its stack.
 func (o *recorder) callbackPanicked(what string, v any, stack []byte) {

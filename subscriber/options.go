@@ -290,7 +290,8 @@ func WithBackoff(min, max time.Duration) Option {
 
 // WithDrainTimeout bounds how long Receive lets running handlers finish
 // after its context ends (S7). At the timeout their context is cancelled,
-// and Receive waits for them to return. The default is
+// and Receive waits for them to return. Receive returns within d plus
+// [ShutdownBound], whatever the server does. The default is
 // [DefaultDrainTimeout]; d must not be negative.
 func WithDrainTimeout(d time.Duration) Option {
 	return func(c *config) error {

@@ -102,6 +102,9 @@ func setupParking(ctx context.Context, client *pubsub.Client, sub *pubsubpb.Subs
 		return nil, err
 	}
 	t.retention = ret
+	if err := probeParking(ctx, client, sub.GetName()); err != nil {
+		return nil, err
+	}
 	return t, nil
 }
 
@@ -174,21 +177,22 @@ var fastPublish = func() pubsub.PublishSettings {
 // error, or with nil if ctx ended meanwhile: Receive then returns at once,
 // as it would have.
 func startParking(ctx context.Context, r *receiver) (context.Context, error) {
-	// A parked copy keeps its original's stamp (flight.copyOf): the
-	// publisher does not stamp (S12).
-	out, err := publisher.New(r.s.client, r.s.parking.park, publisher.WithPublishSettings(fastPublish), publisher.WithoutStamps())
-	if err != nil {
-		return nil, err
-	}
+	// A failed Open gives up on the server within the drain timeout and
+	// a second, so that a Receive catching up returns within
+	// ShutdownBound of its ctx's end (S7).
 	lg, err := controllog.Open(ctx, r.s.client, r.s.parking.logConfig(r.s.name, r.cfg.drainTimeout, true))
 	if err != nil {
-		closeCtx, cancel := context.WithTimeout(context.Background(), r.cfg.drainTimeout+time.Second)
-		defer cancel()
-		_ = out.Close(closeCtx)
 		if ctx.Err() != nil {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("keyorder/subscriber: replaying the parking control log: %w", err)
+	}
+	// A parked copy keeps its original's stamp (flight.copyOf): the
+	// publisher does not stamp (S12).
+	out, err := publisher.New(r.s.client, r.s.parking.park, publisher.WithPublishSettings(fastPublish), publisher.WithoutStamps())
+	if err != nil {
+		_ = lg.Close()
+		return nil, err
 	}
 	p := &parking{r: r, topics: r.s.parking, log: lg, out: out, stopLoop: make(chan struct{}), loopDone: make(chan struct{})}
 	p.b = barrier.New(r.cfg.parkingWait)
@@ -229,14 +233,14 @@ func (p *parking) run() {
 }
 
 // shutdown ends what parking does for a stopping Receive: releases stop
-// before their next message, and flights land. Both get the drain
-// timeout; then handlers are cancelled and the flights' waits given up,
-// their deliveries nacked.
+// before their next message, and flights land. Both get what is left of
+// the drain timeout, which the handlers had too; then handlers are
+// cancelled and the flights' waits given up, their deliveries nacked.
 func (p *parking) shutdown() {
 	drained, timedOut := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(timedOut)
-		t := time.NewTimer(p.r.cfg.drainTimeout)
+		t := time.NewTimer(time.Until(p.r.ending.drainEnd(p.r.cfg.drainTimeout)))
 		defer t.Stop()
 		select {
 		case <-t.C:
@@ -253,16 +257,16 @@ func (p *parking) shutdown() {
 
 // stop stops the parking component once the official Receive has
 // returned, and returns err, or why the control log could no longer be
-// followed.
+// followed. It waits for the server until the shutdown's time is up
+// (ShutdownBound).
 func (p *parking) stop(err error) error {
 	close(p.stopLoop)
 	p.cancelOps() // a marker on its way is not waited for
 	<-p.loopDone
-	if ferr := p.log.Close(); ferr != nil && err == nil {
+	late := p.r.ending.deadline()
+	if ferr := p.log.Shutdown(late); ferr != nil && err == nil && late.Err() == nil {
 		err = fmt.Errorf("keyorder/subscriber: following the parking control log: %w", ferr)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.r.cfg.drainTimeout+time.Second)
-	defer cancel()
-	_ = p.out.Close(ctx)
+	_ = p.out.Close(late)
 	return err
 }

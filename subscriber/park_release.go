@@ -332,7 +332,7 @@ func (rr *releaseRun) read(ctx context.Context) (copies <-chan *pubsub.Message, 
 	if _, err := admin.CreateSubscription(ctx, ephemeral.Subscription(rr.sub, p.topics.park, `attributes.`+AttrParkID+` = "`+rr.park+`"`)); err != nil {
 		return nil, nil, nil, fmt.Errorf("keyorder/subscriber: creating a release subscription: %w", err)
 	}
-	remove := func() { ephemeral.Remove(client, rr.sub) }
+	remove := func() { ephemeral.Remove(p.r.ending.deadline(), client, rr.sub) }
 	if _, err := admin.Seek(ctx, &pubsubpb.SeekRequest{
 		Subscription: rr.sub, Target: &pubsubpb.SeekRequest_Time{Time: timestamppb.New(rr.since.Add(-seekMargin))},
 	}); err != nil {
@@ -362,7 +362,10 @@ func (rr *releaseRun) read(ctx context.Context) (copies <-chan *pubsub.Message, 
 	}()
 	return out, errs, func() {
 		cancel()
-		<-done
+		select {
+		case <-done:
+		case <-p.r.ending.deadline().Done(): // S7: the official client's goroutine ends on its own
+		}
 		remove()
 	}, nil
 }

@@ -145,6 +145,7 @@ type pushEndpoint struct {
 	// runs a key's pushes one at a time.
 	parking *pushParking
 	keys    keyGate
+	hints   pushHints // push_hint.go
 
 	// calls counts the requests at work; a request joins it under mu
 	// unless closed is set, which close sets under mu before it waits.
@@ -172,6 +173,7 @@ func (e *pushEndpoint) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	default:
 	}
+	e.hintToken(req)
 	if code, err := e.authorize(req); err != nil {
 		r.obs.pushRefused(req.Context(), code, err)
 		refuse(w, req, code, http.StatusText(code))
@@ -183,6 +185,7 @@ func (e *pushEndpoint) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		refuse(w, req, http.StatusBadRequest, err.Error())
 		return
 	}
+	e.hintKey(m)
 	out, parkedIt, err := e.run(req, m)
 	switch {
 	case err != nil:
@@ -352,6 +355,8 @@ func (e *pushEndpoint) close(ctx context.Context) error {
 func (e *pushEndpoint) shut(ctx context.Context) {
 	defer close(e.finished)
 	r := e.r
+	r.ending.begin(r.cfg.drainTimeout) // bounds the waits for the server (ShutdownBound)
+	defer r.ending.end()
 	e.mu.Lock()
 	e.closed = true
 	e.mu.Unlock()

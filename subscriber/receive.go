@@ -95,7 +95,7 @@ func (s *Subscription) Receive(ctx context.Context, h Handler) error {
 	if pulled != nil {
 		r.flushAcks()
 		stopPulling()
-		pullErr = <-pulled
+		pullErr = r.awaitPull(pulled)
 	}
 	r.nackLeftovers()
 	return r.finish(pullErr)
@@ -177,11 +177,12 @@ func (r *receiver) start(ctx context.Context) (context.Context, error) {
 // finish waits, once the official Receive has returned, for what start
 // started, and returns the error Receive returns.
 func (r *receiver) finish(pullErr error) error {
+	defer r.ending.end()
 	if r.park != nil {
 		pullErr = r.park.stop(pullErr)
 	}
 	if r.confirm != nil {
-		r.confirm.stop(r.cfg.drainTimeout)
+		r.confirm.stop(r.ending.left()) // ShutdownBound
 	}
 	return pullErr
 }

@@ -167,6 +167,9 @@ func seekAndRun(ctx context.Context, s *Subscription, seekTo, from, start time.T
 		Subscription: s.name,
 		Target:       &pubsubpb.SeekRequest_Time{Time: timestamppb.New(seekTo)},
 	})
+	if status.Code(err) == codes.Unimplemented {
+		return unsupported("Replay", "Seek to a time on an ordered subscription", err)
+	}
 	if err != nil {
 		return fmt.Errorf("keyorder/subscriber: seek replay subscription %s to %v: %w", s.name, seekTo, err)
 	}

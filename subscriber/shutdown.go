@@ -59,6 +59,87 @@ type ending struct {
 	mu     sync.Mutex
 	closed bool              // the official Receive has returned: nothing more is held
 	held   []*pubsub.Message // deliveries to nack; guarded by mu
+	// began is when the shutdown began; late ends shutdownGrace after
+	// its drain timeout, and every wait for the server during the
+	// shutdown gives up then (see ShutdownBound). Set once by begin,
+	// under mu; cancelLate is called by end.
+	began      time.Time
+	late       context.Context
+	cancelLate context.CancelFunc
+	// cut is set, under mu, when the shutdown stopped waiting for the
+	// official Receive.
+	cut bool
+}
+
+// ShutdownBound is how long [Subscription.Receive], or
+// [Subscription.Close] on a push endpoint, may take past the drain timeout
+// ([WithDrainTimeout]) once its context ends (Close: once it is called),
+// whatever the server does: up, gone, unreachable or hanging (S7). The
+// drain timeout is the handlers' and the flights' to the parking topic;
+// within the next 1.5 s acks are flushed, the leftovers nacked, the
+// control log's last events sent and the subscriptions made for parking
+// deleted, as far as the server answers; the rest is for returning. Give
+// a process drain timeout plus ShutdownBound to stop, as Kubernetes'
+// terminationGracePeriodSeconds.
+//
+// A server that does not answer by then keeps some of the official
+// client's goroutines running past Receive's return: they wait for their
+// requests in flight, retried up to the official client's timeouts (a
+// minute), and exit on their own; Receive logs that it did not wait. What
+// they did not send is what a process that died leaves: leases that run
+// out, and subscriptions made for parking that expire after a day idle.
+const ShutdownBound = 2 * time.Second
+
+// shutdownGrace is the part of ShutdownBound the shutdown waits for the
+// server after the drain timeout.
+const shutdownGrace = 1500 * time.Millisecond
+
+// begin starts the shutdown's clock.
+func (e *ending) begin(drain time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.late == nil {
+		e.began = time.Now()
+		e.late, e.cancelLate = context.WithTimeout(context.Background(), drain+shutdownGrace)
+	}
+}
+
+// deadline returns a context that ends when the shutdown's waits for the
+// server must give up, and never ends before the shutdown began.
+func (e *ending) deadline() context.Context {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.late == nil {
+		return context.Background()
+	}
+	return e.late
+}
+
+// left returns how long the shutdown may still wait for the server, 0
+// once its time is up.
+func (e *ending) left() time.Duration {
+	d, ok := e.deadline().Deadline()
+	if !ok {
+		return 0
+	}
+	return max(time.Until(d), 0)
+}
+
+// drainEnd returns when the drain timeout ends: d after the shutdown
+// began.
+func (e *ending) drainEnd(d time.Duration) time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.began.Add(d)
+}
+
+// end releases the shutdown's clock, once Receive returns.
+func (e *ending) end() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cancelLate != nil {
+		e.cancelLate()
+	}
 }
 
 // acked records that an ack was handed to the official client now.
@@ -83,6 +164,7 @@ func (e *ending) hold(j *job) bool {
 // within the drain timeout and are then cancelled, and every goroutine the
 // receiver started exits.
 func (r *receiver) shutdown() {
+	r.ending.begin(r.cfg.drainTimeout)
 	close(r.stopping)
 	r.stopWatch()
 	// Take what waits in the lanes. A lane with a turn in the pool is
@@ -93,7 +175,7 @@ func (r *receiver) shutdown() {
 	for _, s := range fx.settle {
 		r.settle(s.j, s.out)
 	}
-	drain, cancel := context.WithTimeout(context.Background(), r.cfg.drainTimeout)
+	drain, cancel := context.WithDeadline(context.Background(), r.ending.drainEnd(r.cfg.drainTimeout))
 	if r.pool.Stop(drain) != nil {
 		r.cancelHandlers()
 		_ = r.pool.Stop(context.Background())
@@ -108,11 +190,11 @@ func (r *receiver) shutdown() {
 
 // flushAcks waits until the acks handed to the official client have been
 // sent, before its streams close: on an exactly-once subscription, until
-// the service has answered them (within the drain timeout); otherwise
+// the service has answered them (within the shutdown's time); otherwise
 // until ackFlush has passed since the last one.
 func (r *receiver) flushAcks() {
 	if r.confirm != nil {
-		r.confirm.flush(r.cfg.drainTimeout)
+		r.confirm.flush(r.ending.left())
 		return
 	}
 	since := time.Since(r.ending.born) - time.Duration(r.ending.lastAck.Load())
@@ -131,10 +213,35 @@ func (r *receiver) nackLeftovers() {
 	e := &r.ending
 	e.mu.Lock()
 	e.closed = true
-	held := e.held
+	held, cut := e.held, e.cut
 	e.held = nil
 	e.mu.Unlock()
-	for _, m := range held {
-		m.Nack()
+	nack := func() {
+		for _, m := range held {
+			m.Nack()
+		}
+	}
+	if cut {
+		// The official client nacks under a lock it holds for its own
+		// nack request, up to nackTimeout: these wait for it apart.
+		go nack()
+		return
+	}
+	nack()
+}
+
+// awaitPull waits for the official Receive, which the shutdown has
+// cancelled, to return, and returns its error; it gives up when the
+// shutdown's time is up (see ShutdownBound), and returns nil then.
+func (r *receiver) awaitPull(pulled <-chan error) error {
+	select {
+	case err := <-pulled:
+		return err
+	case <-r.ending.deadline().Done():
+		r.obs.shutdownCut()
+		r.ending.mu.Lock()
+		r.ending.cut = true
+		r.ending.mu.Unlock()
+		return nil
 	}
 }

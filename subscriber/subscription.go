@@ -168,9 +168,15 @@ func newSubscription(ctx context.Context, client *pubsub.Client, sub *pubsubpb.S
 	if err := cfg.push.check(cfg.log(), s.name, s.push); err != nil {
 		return nil, err
 	}
+	if err := checkParkingLabel(sub, parkingTopic(client, cfg.parking)); err != nil {
+		return nil, err
+	}
 	if cfg.parking != "" {
 		var err error
 		if s.parking, err = setupParking(ctx, client, sub, cfg.parking); err != nil {
+			return nil, err
+		}
+		if err := labelParking(ctx, client, sub, s.parking.park); err != nil {
 			return nil, err
 		}
 	}
@@ -226,6 +232,14 @@ func checkSubscription(sub string) error {
 		return invalid("%v", err)
 	}
 	return nil
+}
+
+// parkingTopic returns the full name of the parking topic id, "" for "".
+func parkingTopic(client *pubsub.Client, id string) string {
+	if id == "" {
+		return ""
+	}
+	return fullName(client, "topics", id)
 }
 
 // fullName turns an ID into a resource name of client's project; a full

@@ -11,6 +11,9 @@
 //	-port N            port to listen on (default 8085, as gcloud's emulator; 0 picks one)
 //	-host H            host or IP (default localhost; 0.0.0.0 serves every interface, as a container needs)
 //	-fake              serve ordering/orderingtest instead of pstest
+//	-check ADDR        serve nothing: probe the server at ADDR for the features keyorder
+//	                   uses (ordering, filters, Seek, tail redelivery, push tokens...),
+//	                   print which it has, and exit
 //
 // With -fake only:
 //
@@ -144,11 +147,15 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	var faults specs
 	fs.Var(&faults, "fault", "with -fake: a fault `SPEC` to inject; repeatable (see go doc)")
 	control := fs.String("control", "", "with -fake: serve the HTTP control endpoint on this `address`")
+	checkAddr := fs.String("check", "", "probe the server at `ADDR` for the features keyorder uses, print them, and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *checkAddr != "" {
+		return check(ctx, *checkAddr, out, probes)
 	}
 	addr := net.JoinHostPort(*host, strconv.Itoa(*port))
 	if !*fake {

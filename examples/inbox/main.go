@@ -108,13 +108,16 @@ func run(ctx context.Context, cfg config, spawn func(args ...string) *exec.Cmd, 
 	if cfg.deposits < 3 || total < 1 {
 		return oc, fmt.Errorf("need at least 1 account and 3 deposits, not %d and %d", cfg.accounts, cfg.deposits)
 	}
+	if err := harness.EmbeddedOnly("examples/inbox", "makes the leases of a killed receiver run out in a second"); err != nil {
+		return oc, err
+	}
 	// Leases of a killed receiver run out after a second, not ten.
 	srv, err := orderingtest.New(orderingtest.WithAckDeadline(time.Second))
 	if err != nil {
 		return oc, err
 	}
 	defer srv.Close()
-	client, err := harness.Connect(ctx, srv.Addr)
+	client, err := harness.ConnectProject(ctx, srv.Addr, harness.ExampleProject())
 	if err != nil {
 		return oc, err
 	}

@@ -50,7 +50,7 @@ func receive(ctx context.Context, addr, subID, path string, expect int, log io.W
 		return err
 	}
 	defer in.Close()
-	client, err := harness.Connect(ctx, addr)
+	client, err := harness.ConnectProject(ctx, addr, harness.ExampleProject())
 	if err != nil {
 		return err
 	}

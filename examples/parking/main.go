@@ -13,7 +13,8 @@
 // if any account's events ran out of order, twice or not at all.
 //
 // It runs against keyorder's ordering-faithful fake, embedded, or the
-// emulator PUBSUB_EMULATOR_HOST names, which must model topic retention,
+// emulator PUBSUB_EMULATOR_HOST names (project GOOGLE_CLOUD_PROJECT, else
+// keyorder-test), which must model topic retention,
 // Seek and subscription filters (go run ./examples/emulator -fake does):
 //
 //	go run ./examples/parking
@@ -66,7 +67,7 @@ const (
 
 // run connects to a server and runs the demonstration.
 func run(ctx context.Context, out io.Writer) error {
-	client, where, closeAll, err := connect(ctx)
+	client, where, closeAll, err := harness.OpenFake(ctx)
 	if err != nil {
 		return err
 	}
@@ -75,29 +76,7 @@ func run(ctx context.Context, out io.Writer) error {
 	return demo(ctx, client, out)
 }
 
-// connect returns a client of the emulator PUBSUB_EMULATOR_HOST names or
-// of an embedded fake.
-func connect(ctx context.Context) (*pubsub.Client, string, func(), error) {
-	if addr := os.Getenv(harness.EmulatorEnv); addr != "" {
-		c, err := harness.Connect(ctx, addr)
-		if err != nil {
-			return nil, "", nil, err
-		}
-		return c, "emulator at " + addr, func() { _ = c.Close() }, nil
-	}
-	srv, err := orderingtest.New()
-	if err != nil {
-		return nil, "", nil, err
-	}
-	c, err := srv.Client(ctx, harness.Project)
-	if err != nil {
-		_ = srv.Close()
-		return nil, "", nil, err
-	}
-	return c, "embedded ordering-faithful fake at " + srv.Addr, func() { _ = c.Close(); _ = srv.Close() }, nil
-}
-
-func demo(ctx context.Context, client *pubsub.Client, out io.Writer) error {
+func demo(ctx context.Context, client *pubsub.Client, out io.Writer) (err error) {
 	suffix := time.Now().Format("150405.000000")
 	topic, subID, parked := "ledger-"+suffix, "ledger-balances-"+suffix, "ledger-parked-"+suffix
 	sub, err := subscriber.CreateWithTopic(ctx, client, topic, subID,
@@ -134,11 +113,23 @@ func demo(ctx context.Context, client *pubsub.Client, out io.Writer) error {
 
 	l := newLedger()
 	rctx, stop := context.WithCancel(ctx)
+	// A Receive that fails ends the waits below, and demo, with its error.
+	ctx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
 	received := make(chan error, 1)
-	go func() { received <- sub.Receive(rctx, l.apply) }()
+	go func() {
+		err := sub.Receive(rctx, l.apply)
+		if err != nil {
+			fail(fmt.Errorf("receive: %w", err))
+		}
+		received <- err
+	}()
 	defer func() {
 		stop()
 		<-received
+		if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) {
+			err = cause
+		}
 	}()
 
 	// acct-1 and acct-3 finish; acct-2 runs its first two events and parks.

@@ -8,9 +8,14 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/internal/leaktest"
+	"github.com/keyorder/keyorder/ordering/orderingtest"
 )
 
 func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
@@ -34,4 +39,24 @@ func TestRun(t *testing.T) {
 	} {
 		assert.Contains(t, out.String(), want)
 	}
+}
+
+// TestReceiveFails: when Receive fails, here because the server refuses
+// every stream, the demonstration stops at once with Receive's error,
+// instead of waiting out its deadline.
+func TestReceiveFails(t *testing.T) {
+	srv := orderingtest.Start(t)
+	refuse := grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		return nil, status.Error(codes.PermissionDenied, "no streams today")
+	})
+	client := harness.Client(t, srv.Addr, option.WithGRPCDialOption(refuse))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	began := time.Now()
+	var out bytes.Buffer
+	err := demo(ctx, client, &out)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "receive:")
+	assert.Contains(t, err.Error(), "no streams today")
+	assert.Less(t, time.Since(began), 30*time.Second, "it did not wait for its deadline")
 }

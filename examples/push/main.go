@@ -50,6 +50,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 
+	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/subscriber"
@@ -64,9 +65,9 @@ func main() {
 	}
 }
 
-// project is the fake's project, and pusher the service account the
+// pusher is the service account the
 // service signs each push request as.
-const project, pusher = "my-project", "orders-pusher@my-project.iam.gserviceaccount.com"
+const pusher = "orders-pusher@my-project.iam.gserviceaccount.com"
 
 // lifecycle lists an order's events in the only order they can happen.
 var lifecycle = []string{"created", "paid", "shipped", "delivered"}
@@ -81,11 +82,14 @@ const flakyCustomer, flakyEvent = "c-2", "paid"
 
 // run starts the fake, runs the service on it, and closes the fake.
 func run(ctx context.Context, out io.Writer) error {
+	if err := harness.EmbeddedOnly("examples/push", "signs push tokens, forges bad ones and counts acks"); err != nil {
+		return err
+	}
 	fake, err := orderingtest.New()
 	if err != nil {
 		return err
 	}
-	client, err := fake.Client(ctx, project)
+	client, err := fake.Client(ctx, harness.ExampleProject())
 	if err == nil {
 		err = serve(ctx, out, fake, client)
 		_ = client.Close()

@@ -31,7 +31,7 @@ func main() {
 func run(ctx context.Context) error {
 	project := os.Getenv("GOOGLE_CLOUD_PROJECT")
 	if project == "" {
-		project = "my-project"
+		project = "keyorder-test" // the examples' project on an emulator
 	}
 	client, err := pubsub.NewClient(ctx, project) // honours PUBSUB_EMULATOR_HOST
 	if err != nil {

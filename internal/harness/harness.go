@@ -6,6 +6,7 @@ package harness
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -27,13 +28,7 @@ const Project = "keyorder-test"
 // TLS or credentials as an emulator is. opts are applied after those, so a
 // test can add interceptors with option.WithGRPCDialOption.
 func Connect(ctx context.Context, addr string, opts ...option.ClientOption) (*pubsub.Client, error) {
-	base := []option.ClientOption{
-		option.WithEndpoint(addr),
-		option.WithoutAuthentication(),
-		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
-		option.WithTelemetryDisabled(),
-	}
-	return pubsub.NewClient(ctx, Project, append(base, opts...)...)
+	return ConnectProject(ctx, addr, Project, opts...)
 }
 
 // Client connects to addr for the length of a test: the client is closed
@@ -74,13 +69,38 @@ func Pstest(t testing.TB, opts ...pstest.ServerReactorOption) (*pstest.Server, *
 // keyorder's examples, at an emulator instead of Google Cloud.
 const EmulatorEnv = "PUBSUB_EMULATOR_HOST"
 
-// Open connects to the server that PUBSUB_EMULATOR_HOST names or, when it
-// is unset, to an embedded pstest server started for the purpose. It
+// ProjectEnv names the variable that sets the examples' project, as it
+// does the official client's on Google Cloud.
+const ProjectEnv = "GOOGLE_CLOUD_PROJECT"
+
+// ExampleProject returns the project the examples use: the one
+// GOOGLE_CLOUD_PROJECT names, or Project when it is unset.
+func ExampleProject() string {
+	if p := os.Getenv(ProjectEnv); p != "" {
+		return p
+	}
+	return Project
+}
+
+// ConnectProject is Connect for a client of project.
+func ConnectProject(ctx context.Context, addr, project string, opts ...option.ClientOption) (*pubsub.Client, error) {
+	base := []option.ClientOption{
+		option.WithEndpoint(addr),
+		option.WithoutAuthentication(),
+		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
+		option.WithTelemetryDisabled(),
+	}
+	return pubsub.NewClient(ctx, project, append(base, opts...)...)
+}
+
+// Open is how every example connects: to the server that
+// PUBSUB_EMULATOR_HOST names or, when it is unset, to an embedded pstest
+// server started for the purpose, with a client of ExampleProject. It
 // returns the client, a description of the server for messages, and a
 // function that closes the client and any server Open started.
 func Open(ctx context.Context) (c *pubsub.Client, where string, closeAll func(), err error) {
 	if addr := os.Getenv(EmulatorEnv); addr != "" {
-		c, err := Connect(ctx, addr)
+		c, err := ConnectProject(ctx, addr, ExampleProject())
 		if err != nil {
 			return nil, "", nil, err
 		}
@@ -90,12 +110,59 @@ func Open(ctx context.Context) (c *pubsub.Client, where string, closeAll func(),
 	if err != nil {
 		return nil, "", nil, err
 	}
-	c, err = Connect(ctx, srv.Addr)
+	c, err = ConnectProject(ctx, srv.Addr, ExampleProject())
 	if err != nil {
 		_ = srv.Close()
 		return nil, "", nil, err
 	}
 	return c, "embedded pstest at " + srv.Addr, func() { _ = c.Close(); _ = srv.Close() }, nil
+}
+
+// OpenFake is Open with an embedded ordering/orderingtest server instead
+// of pstest, for an example that needs what pstest lacks: Seek to a time
+// on an ordered subscription, and ordering as the service keeps it.
+func OpenFake(ctx context.Context) (c *pubsub.Client, where string, closeAll func(), err error) {
+	if os.Getenv(EmulatorEnv) != "" {
+		return Open(ctx)
+	}
+	srv, err := orderingtest.New()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	c, err = ConnectProject(ctx, srv.Addr, ExampleProject())
+	if err != nil {
+		_ = srv.Close()
+		return nil, "", nil, err
+	}
+	return c, "embedded ordering-faithful fake at " + srv.Addr, func() { _ = c.Close(); _ = srv.Close() }, nil
+}
+
+// EmbeddedOnly returns an error that says why the example what runs on
+// its embedded fake only, because of why, when PUBSUB_EMULATOR_HOST is
+// set; nil when it is not. An example that cannot run on another server
+// says so rather than ignore the variable.
+func EmbeddedOnly(what, why string) error {
+	if addr := os.Getenv(EmulatorEnv); addr != "" {
+		return fmt.Errorf("%s runs on its embedded fake only, which %s; unset %s (it names %s)", what, why, EmulatorEnv, addr)
+	}
+	return nil
+}
+
+// GoogleEmulatorEnv names the variable that tells tests where Google's
+// Pub/Sub emulator listens, "host:port"; .ci/run sets it when it starts
+// one.
+const GoogleEmulatorEnv = "KEYORDER_GOOGLE_EMULATOR"
+
+// GoogleEmulator returns the address of Google's Pub/Sub emulator for a
+// test that needs it, and skips the test, saying how to run it, when
+// there is none.
+func GoogleEmulator(t testing.TB) string {
+	t.Helper()
+	addr := os.Getenv(GoogleEmulatorEnv)
+	if addr == "" {
+		t.Skipf("no Google Pub/Sub emulator: set %s=HOST:PORT to one started with gcloud beta emulators pubsub start --host-port=HOST:PORT; .ci/run starts one where the Cloud SDK has it", GoogleEmulatorEnv)
+	}
+	return addr
 }
 
 // Fake starts an ordering/orderingtest server with the given options for the

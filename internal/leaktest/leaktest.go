@@ -5,6 +5,7 @@ package leaktest
 
 import (
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -25,4 +26,30 @@ func VerifyTestMain(m *testing.M, opts ...goleak.Option) {
 func Verify(t testing.TB, opts ...goleak.Option) {
 	t.Helper()
 	goleak.VerifyNone(t, append(opts, orderingtest.IgnoreGoroutines()...)...)
+}
+
+// Await waits up to d for every goroutine but the process-wide ones and
+// those opts ignore to exit, and fails t with those left if some are
+// still running then. Use it where goroutines are promised to end on
+// their own, later than the call that started them returns; pass
+// goleak.IgnoreCurrent() taken before the calls, in a test that does not
+// run in parallel with others.
+func Await(t testing.TB, d time.Duration, opts ...goleak.Option) {
+	t.Helper()
+	opts = append(opts, orderingtest.IgnoreGoroutines()...)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	end := time.After(d)
+	for {
+		err := goleak.Find(opts...)
+		if err == nil {
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-end:
+			t.Errorf("goroutines still running %v later: %v", d, err)
+			return
+		}
+	}
 }

@@ -128,6 +128,12 @@
 // [AnyMessage]. Each returns a [Fault] that counts its firings and can be
 // awaited and removed.
 //
+// A server that is gone or hangs is a [Link]'s: clients dial [StartLink]'s
+// address instead of the server's, and [Link.Hang] stops every byte
+// between them, [Link.Cut] closes every connection, and [Link.Restore]
+// undoes either. It relays TCP, so it stands in front of pstest or
+// Google's emulator as well.
+//
 // # Push
 //
 // A subscription created with a push endpoint gets each message as an HTTP
@@ -214,6 +220,37 @@
 // cannot be HTTP header names, which an unwrapped request with metadata
 // leaves out. The fake also serves Pull and StreamingPull on a push
 // subscription, beside its pushes: do not rely on that.
+//
+// # Compared with pstest and Google's emulator
+//
+// What the three in-process or local servers do of the features keyorder
+// uses, as go run ./examples/emulator -check ADDR measures it (pstest of
+// cloud.google.com/go/pubsub/v2 v2.9.0; Google's emulator 0.8.20, from
+// the Cloud SDK's pubsub-emulator, run with gcloud beta emulators pubsub
+// start). "yes" is what the service does.
+//
+//	feature                                 this fake  pstest  Google's emulator
+//	ordered subscriptions                   yes        yes     yes
+//	topic message retention                 yes        yes     yes
+//	subscription filters                    yes        yes     no: accepted, not applied
+//	a nack redelivers the key's tail        yes        no (1)  no: the nacked message only
+//	dead-letter policy                      yes        yes     yes
+//	exactly-once delivery                   yes        yes     yes
+//	push requests carry an OIDC token       yes        no (2)  no
+//	push requests carry the ordering key    yes        no (2)  no
+//	Seek to a time, ordered subscription    yes        no (3)  no: Unimplemented
+//
+// (1) pstest hands out a key's next message only once the one before is
+// acked, so a nack never has a tail to redeliver. (2) pstest does not push.
+// (3) pstest accepts the Seek and then redelivers nothing; with more calls
+// after it, it failed on a nil pointer in its maintainMessages.
+//
+// So parking (subscriber.WithParking) and Replay, which read back with
+// filters and Seek, need this fake or the service; CreateWithTopic and
+// Open with parking refuse the others with an error naming the missing
+// call. On Google's emulator a failed key's later messages are not
+// redelivered with it, and push cannot be authenticated
+// (WithUnauthenticatedPush) nor kept in order by key.
 //
 // # Cost
 //

@@ -54,12 +54,13 @@ type follower struct {
 	view   atomic.Pointer[View]
 	seenAt map[string]time.Time
 
-	// sub is the subscription being read, made by follow and deleted by
-	// halt; follows counts those made, to name them. cancel stops the
-	// Receive on sub, which then sets err and closes exited. sub and
-	// cancel are set by follow and cleared by halt, exited replaced by the
-	// next follow, by the goroutine that starts and stops the follower;
-	// others read exited through gone, and err once it is closed.
+	// sub is the subscription made by follow, set as soon as it exists,
+	// and deleted by halt; follows counts those made, to name them.
+	// cancel stops the Receive on sub, which then sets err and closes
+	// exited. sub and cancel are set by follow and cleared by halt,
+	// exited replaced by the next follow, by the goroutine that starts
+	// and stops the follower; others read exited through gone, and err
+	// once it is closed.
 	sub     string
 	follows int
 	cancel  context.CancelFunc
@@ -102,16 +103,18 @@ func (f *follower) follow(ctx context.Context, from time.Time) error {
 	if _, err := admin.CreateSubscription(ctx, ephemeral.Subscription(sub, f.topic, filter)); err != nil {
 		return err
 	}
+	f.mu.Lock()
+	f.sub = sub // halt deletes it, even if it is never received from
+	f.mu.Unlock()
 	if _, err := admin.Seek(ctx, &pubsubpb.SeekRequest{
 		Subscription: sub, Target: &pubsubpb.SeekRequest_Time{Time: timestamppb.New(from)},
 	}); err != nil {
-		ephemeral.Remove(f.client, sub)
 		return err
 	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	exited := make(chan struct{})
 	f.mu.Lock()
-	f.sub, f.cancel, f.exited = sub, cancel, exited
+	f.cancel, f.exited = cancel, exited
 	f.mu.Unlock()
 	s := f.client.Subscriber(sub)
 	s.ReceiveSettings.NumGoroutines = 1
@@ -131,19 +134,30 @@ func (f *follower) gone() <-chan struct{} {
 }
 
 // halt stops receiving, deletes the subscription, and returns the
-// official Receive's error, if it failed.
-func (f *follower) halt() error {
+// official Receive's error, if it failed. It gives up waiting when ctx
+// ends, and returns ctx.Err() then: the official Receive waits for its
+// requests in flight, up to a minute on a server that hangs, and its
+// goroutine ends on its own.
+func (f *follower) halt(ctx context.Context) error {
 	f.mu.Lock()
 	sub, cancel, exited := f.sub, f.cancel, f.exited
 	f.sub, f.cancel = "", nil // exited stays: closed, for gone
 	f.mu.Unlock()
-	if cancel == nil {
+	if sub == "" {
 		return nil
 	}
-	cancel()
-	<-exited
-	ephemeral.Remove(f.client, sub)
-	return f.err
+	var err error
+	if cancel != nil {
+		cancel()
+		select {
+		case <-exited:
+			err = f.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	ephemeral.Remove(ctx, f.client, sub)
+	return err
 }
 
 // deliver applies one message of the control log.

@@ -59,7 +59,8 @@ type Config struct {
 	// that to the Receives.
 	Snapshots bool
 	// Drain bounds how long Close, and an Open that fails, wait for the
-	// Log's events not yet sent, plus a second.
+	// server, plus a second: for the Log's events not yet sent and the
+	// follower's subscription to be deleted.
 	Drain time.Duration
 }
 
@@ -122,7 +123,11 @@ func Open(ctx context.Context, client *pubsub.Client, cfg Config) (*Log, error) 
 	}
 	l.f = newFollower(client, l.topic, cfg.Subscription, l.me, cfg.Lease)
 	if err := l.catchUp(ctx); err != nil {
-		l.closePublisher()
+		// Its cleanup is bounded as Close's, from now: ctx may have ended.
+		cleanup, cancel := l.drainContext()
+		defer cancel()
+		_ = l.f.halt(cleanup)
+		_ = l.pub.Close(cleanup)
 		return nil, err
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
@@ -144,14 +149,15 @@ func (l *Log) catchUp(ctx context.Context) error {
 	}
 	for i, w := range windows {
 		if i > 0 {
-			_ = l.f.halt()
+			if err := l.f.halt(ctx); err != nil && ctx.Err() != nil {
+				return err
+			}
 			l.f.reset()
 		}
 		if err := l.f.follow(ctx, time.Now().Add(-w)); err != nil {
 			return err
 		}
 		if err := l.Sync(ctx); err != nil {
-			_ = l.f.halt()
 			return err
 		}
 		if whole, _ := l.f.replayed(); whole {
@@ -162,27 +168,34 @@ func (l *Log) catchUp(ctx context.Context) error {
 	return nil
 }
 
-// Close stops following the log, deletes the follower's subscription,
-// sends the events not yet sent within Config.Drain, and returns the
-// follower's error if it failed. A snapshot on its way is not waited for.
+// Close is Shutdown within Config.Drain plus a second.
+func (l *Log) Close() error {
+	ctx, cancel := l.drainContext()
+	defer cancel()
+	return l.Shutdown(ctx)
+}
+
+// Shutdown stops following the log, deletes the follower's subscription,
+// sends the events not yet sent, and returns the follower's error if it
+// failed. A snapshot on its way is not waited for. It gives up on what is
+// left when ctx ends, so that a server that hangs or is gone cannot hold a
+// shutdown (S7): the official client's goroutine then ends on its own
+// request timeouts, and the subscription expires after a day idle.
 // Nothing may be recorded once it is called; calling it again does
 // nothing.
-func (l *Log) Close() error {
+func (l *Log) Shutdown(ctx context.Context) error {
 	l.cancel()
 	if l.loopDone != nil {
 		<-l.loopDone
 	}
-	err := l.f.halt()
-	l.closePublisher()
+	err := l.f.halt(ctx)
+	_ = l.pub.Close(ctx)
 	return err
 }
 
-// closePublisher sends what the publisher holds, within Config.Drain, and
-// stops it.
-func (l *Log) closePublisher() {
-	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Drain+time.Second)
-	defer cancel()
-	_ = l.pub.Close(ctx)
+// drainContext bounds a cleanup by Config.Drain plus a second.
+func (l *Log) drainContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), l.cfg.Drain+time.Second)
 }
 
 // ID returns the Log's ID: the writer its events name, and so the owner
@@ -277,7 +290,7 @@ func (l *Log) record(ctx context.Context, ev *event) (Verdict, error) {
 	case <-ctx.Done():
 		return Verdict{}, ctx.Err()
 	case <-l.f.gone():
-		return Verdict{}, errStopped
+		return Verdict{}, l.Err() // why, if the follower failed
 	}
 }
 

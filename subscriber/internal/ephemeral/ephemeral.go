@@ -34,16 +34,21 @@ func Subscription(name, topic, filter string) *pubsubpb.Subscription {
 	}
 }
 
-// Remove deletes a subscription made for one reader. One left behind
+// Remove deletes a subscription made for one reader, giving up when ctx
+// ends or after removeTimeout: a shutdown bounds it (S7). One left behind
 // expires after a day without a reader.
-func Remove(client *pubsub.Client, name string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+func Remove(ctx context.Context, client *pubsub.Client, name string) {
+	ctx, cancel := context.WithTimeout(ctx, removeTimeout)
 	defer cancel()
 	err := client.SubscriptionAdminClient.DeleteSubscription(ctx, &pubsubpb.DeleteSubscriptionRequest{Subscription: name})
 	if err != nil && status.Code(err) != codes.NotFound {
 		slog.Warn("keyorder/subscriber: could not delete a subscription made for parking; it expires after a day idle", "subscription", name, "err", err)
 	}
 }
+
+// removeTimeout bounds a Remove whose ctx does not: a delete is one
+// short request.
+const removeTimeout = 10 * time.Second
 
 // Name returns the full name of a resource keyorder makes beside the
 // subscription sub (projects/P/subscriptions/S): in collection
