@@ -2,6 +2,7 @@ package subscriber_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"runtime"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/subscriber"
@@ -368,4 +370,36 @@ func TestOrderSurvivesEmulatorRedelivery(t *testing.T) {
 	assert.True(t, failed.Load())
 	st := e.sub.Stats()
 	assert.Positive(t, st.NackedTail+st.NackedHeld, "the key's later messages were sent back, and came back in the nack request's order")
+}
+
+// TestGoogleEmulatorKeepsOrder: on Google's emulator itself, a key whose
+// message fails for good keeps its order, though the emulator sends back
+// only what was nacked, in the nack request's order. It skips where no
+// emulator runs (KEYORDER_GOOGLE_EMULATOR; .ci/run starts one).
+func TestGoogleEmulatorKeepsOrder(t *testing.T) {
+	t.Parallel()
+	client := harness.Client(t, harness.GoogleEmulator(t))
+	id := "emu-order-" + rand.Text()[:10] // the emulator outlives the test
+	s, err := subscriber.CreateWithTopic(testContext(t), client, id, id, subscriber.WithMaxAttempts(1), fast)
+	require.NoError(t, err)
+	keys := keyNames(4)
+	const perKey = 30
+	tr := newTracker(keys, perKey)
+	e := fakeEnv{client: client, topic: s.Topic(), sub: s}
+	e.publish(t, keys, perKey)
+	var failed atomic.Bool
+	stop := start(t, s, tr.handler(func(_ context.Context, d *subscriber.Delivery) error {
+		if string(d.Data) == "key-2/3" && failed.CompareAndSwap(false, true) {
+			return errInjected
+		}
+		return nil
+	}))
+	select {
+	case <-tr.done:
+	case <-time.After(testTimeout):
+		t.Fatalf("%d messages left; %+v", tr.remaining, s.Stats())
+	}
+	stop()
+	tr.verify(t)
+	assert.True(t, failed.Load())
 }
