@@ -65,7 +65,7 @@ func newOutageEnv(t *testing.T, opts ...subscriber.Option) outageEnv {
 	srv, client := harness.Fake(t)
 	n := seq.Add(1)
 	opts = append([]subscriber.Option{
-		subscriber.WithParking(fmt.Sprintf("parked-%d", n)), subscriber.WithParkingWait(outageDrain/5), subscriber.WithDrainTimeout(outageDrain),
+		subscriber.WithParking(fmt.Sprintf("parked-%d", n)), subscriber.WithParkingWait(outageDrain / 5), subscriber.WithDrainTimeout(outageDrain),
 		subscriber.WithBackoff(time.Millisecond, 2*time.Millisecond),
 	}, opts...)
 	direct, err := subscriber.CreateWithTopic(testContext(t), client, fmt.Sprintf("topic-%d", n), fmt.Sprintf("sub-%d", n), opts...)
@@ -302,7 +302,7 @@ func boundedPushClose(t *testing.T, fail func(*orderingtest.Link)) {
 	n := seq.Add(1)
 	opts := []subscriber.Option{
 		subscriber.WithPush(web.URL + "/push"), subscriber.WithPushAuth(pusher, ""), subscriber.WithTokenValidator(validator),
-		subscriber.WithParking(fmt.Sprintf("parked-%d", n)), subscriber.WithParkingWait(outageDrain/5), subscriber.WithDrainTimeout(outageDrain),
+		subscriber.WithParking(fmt.Sprintf("parked-%d", n)), subscriber.WithParkingWait(outageDrain / 5), subscriber.WithDrainTimeout(outageDrain),
 	}
 	direct, err := subscriber.CreateWithTopic(testContext(t), client, fmt.Sprintf("topic-%d", n), fmt.Sprintf("sub-%d", n), opts...)
 	require.NoError(t, err)
