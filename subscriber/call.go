@@ -104,13 +104,14 @@ func (r *receiver) call(j *job, d door) {
 		v = verdict{kind: copied} // S6
 		return
 	}
+	now := time.Now()
 	var isCopy bool
-	if isCopy, gap = r.checkSequence(j); isCopy {
+	if isCopy, gap = r.checkSequence(j, now); isCopy {
 		v = verdict{kind: copied} // S12
 		return
 	}
 	j.d.Attempt = r.tries.prior(j.d.ID).calls + 1
-	began = time.Now()
+	began = now
 	v.err = invokeHandler(r.h, handlerContext{Context: j.ctx, life: j.lifeOr(r.handlerCtx)}, &j.d)
 	if v.err != nil {
 		r.reportError(j, v.err) // v is kept if this exits the goroutine

@@ -11,3 +11,13 @@ func SetReleaseLease(d time.Duration) (restore func()) {
 	releaseLease = d
 	return func() { releaseLease = old }
 }
+
+// SetGapQuiet sets how long a key must have been quiet for a gap before
+// its next message to be uncertain, for a test that must not wait that
+// long, and returns a function that restores it. Only a test that runs
+// alone may change it.
+func SetGapQuiet(d time.Duration) (restore func()) {
+	old := gapQuiet
+	gapQuiet = d
+	return func() { gapQuiet = old }
+}

@@ -57,6 +57,11 @@ type job struct {
 	// for its log; set under the shard mutex before it is settled.
 	err error
 
+	// fresh is set when the delivery arrived at a lane holding nothing of
+	// its key: the key may have been on another client until then. Set
+	// before the job is shared.
+	fresh bool
+
 	// redriven is set when the message came back from a dead-letter
 	// topic, republished with the attributes the service adds there
 	// (S12). Set once.

@@ -21,6 +21,7 @@ func (l *lane) accept(j *job, now time.Time) outcome {
 			return outJoined
 		}
 	}
+	j.fresh = l.holdsNothing()
 	if r.park != nil && l.key != "" {
 		r.park.accept(l) // lane_park.go: the barrier
 	}
@@ -44,4 +45,11 @@ func (l *lane) accept(j *job, now time.Time) outcome {
 	l.queue.Push(j)
 	r.take(j)
 	return outQueued
+}
+
+// holdsNothing reports whether the lane holds nothing of its key: no
+// delivery queued or running, no retry, hold or flight. The shard's mutex
+// must be held.
+func (l *lane) holdsNothing() bool {
+	return !l.pk.flight && l.running == nil && l.retry == nil && l.queue.Len() == 0 && l.trouble == nil
 }

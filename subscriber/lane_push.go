@@ -18,6 +18,7 @@ func (ls *lanes) pushing(r *receiver, j *job) *lane {
 	} else {
 		l = ls.keyed(r, j.d.Key)
 	}
+	j.fresh = l.holdsNothing()
 	l.running, l.busySince = j, time.Now()
 	l.sh.mu.Unlock()
 	return l

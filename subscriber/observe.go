@@ -262,11 +262,18 @@ func (o *recorder) callbackPanicked(what string, v any, stack []byte) {
 
 // sequenceGap logs a jump in a producer's sequence numbers for a key:
 // first to last are missing. It is the one call the check of per-key
-// sequence numbers makes when it finds one.
-func (o *recorder) sequenceGap(ctx context.Context, key, producer string, first, last uint64) {
-	o.log.LogAttrs(ctx, slog.LevelWarn, "keyorder/subscriber: sequence gap",
+// sequence numbers makes when it finds one: at Warn, or at Info when the
+// gap is uncertain (Gap.Uncertain), since a key that moved to another
+// client and back shows one on every rebalance.
+func (o *recorder) sequenceGap(ctx context.Context, key, producer string, first, last uint64, uncertain bool) {
+	level := slog.LevelWarn
+	if uncertain {
+		level = slog.LevelInfo
+	}
+	o.log.LogAttrs(ctx, level, "keyorder/subscriber: sequence gap",
 		slog.String("key", key), slog.String("producer", producer),
-		slog.String("first_missing", ordering.FormatSeq(first)), slog.String("last_missing", ordering.FormatSeq(last)))
+		slog.String("first_missing", ordering.FormatSeq(first)), slog.String("last_missing", ordering.FormatSeq(last)),
+		slog.Bool("uncertain", uncertain))
 }
 
 // pushRefused logs a push request refused before the handler ran: a bad

@@ -36,7 +36,8 @@ func TestSequenceLogs(t *testing.T) {
 		func() (int, int, time.Duration) { return 0, 0, 0 })
 	defer o.close()
 
-	o.sequenceGap(context.Background(), "k", "producer-1", 4, 6)
+	o.sequenceGap(context.Background(), "k", "producer-1", 4, 6, false)
+	o.sequenceGap(context.Background(), "k", "producer-1", 8, 8, true)
 	o.sequenceDuplicate(context.Background(), true, "k", "producer-1", 3, "m-9")
 	o.sequenceDuplicate(context.Background(), false, "k", "producer-1", 4, "m-10")
 
@@ -49,7 +50,9 @@ func TestSequenceLogs(t *testing.T) {
 	}
 	assert.Equal(t, []map[string]any{
 		{"level": "WARN", "msg": "keyorder/subscriber: sequence gap", "subscription": "projects/p/subscriptions/s",
-			"key": "k", "producer": "producer-1", "first_missing": "0.4", "last_missing": "0.6"},
+			"key": "k", "producer": "producer-1", "first_missing": "0.4", "last_missing": "0.6", "uncertain": false},
+		{"level": "INFO", "msg": "keyorder/subscriber: sequence gap", "subscription": "projects/p/subscriptions/s",
+			"key": "k", "producer": "producer-1", "first_missing": "0.8", "last_missing": "0.8", "uncertain": true},
 		{"level": "INFO", "msg": "keyorder/subscriber: duplicate sequence number", "subscription": "projects/p/subscriptions/s",
 			"key": "k", "producer": "producer-1", "seq": "0.3", "message_id": "m-9"},
 		{"level": "DEBUG", "msg": "keyorder/subscriber: duplicate sequence number", "subscription": "projects/p/subscriptions/s",

@@ -414,12 +414,16 @@ func WithSequenceWindow(n int) Option {
 // gap is reported once, on the goroutine that ran the message, once the
 // message's call has been decided and settled: so nothing f does, not
 // even exiting its goroutine, changes what becomes of the message. f
-// should not block. A panic in it is recovered and logged. The default does nothing; [Stats.Gaps] counts gaps anyway.
+// should not block. A panic in it is recovered and logged. The default
+// does nothing; [Stats.Gaps] and [Stats.UncertainGaps] count gaps anyway.
 //
 // A gap means the numbers were not stored (their publish failed, and the
 // messages, if republished, got new numbers), were dead-lettered, or went
 // to another client of the subscription: with several clients, a key that
-// moves between them shows here the numbers the others processed.
+// moves between them shows here the numbers the others processed. Such a
+// gap, seen after the key had nothing here for a while, is uncertain
+// ([Gap.Uncertain]): logged at Info and counted in [Stats.UncertainGaps]
+// rather than [Stats.Gaps].
 func WithGapHandler(f func(Gap)) Option {
 	return func(c *config) error {
 		c.onGap = f

@@ -3,6 +3,7 @@ package subscriber
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/keyorder/keyorder/ordering"
 )
@@ -93,6 +94,14 @@ type Gap struct {
 	// processed as usual.
 	MessageID string
 	Seq       uint64
+	// Uncertain is set when the key may have been on another client of
+	// the subscription while the numbers went missing: it had nothing
+	// here, and had been quiet here for a second or more, when the message
+	// after the gap arrived. The service moves a key between clients only
+	// when none of its messages is outstanding, so a gap seen while the
+	// key stayed here is certain; one after a pause may be the numbers
+	// another client processed, which this process cannot know (S12).
+	Uncertain bool
 }
 
 // String describes g as a person reads it, numbers as epoch.n
@@ -118,12 +127,12 @@ func (r *receiver) sequenced(j *job) bool {
 // the WithGapHandler callback once j is settled. It counts and logs both,
 // and a number that may run a second time, since a bound of the window
 // forgot it (S12).
-func (r *receiver) checkSequence(j *job) (bool, *Gap) {
+func (r *receiver) checkSequence(j *job, now time.Time) (bool, *Gap) {
 	if !r.sequenced(j) {
 		return false, nil
 	}
 	d := &j.d
-	res := r.seqs.Check(d.Key, ordering.Stamp{Producer: d.Producer, Seq: d.Seq}, d.ID, j.redriven)
+	res := r.seqs.Check(d.Key, ordering.Stamp{Producer: d.Producer, Seq: d.Seq}, d.ID, j.redriven, now)
 	ctx := handlerContext{Context: j.ctx, life: r.handlerCtx}
 	if res.Copy && r.cfg.dedupWindow > 0 {
 		r.s.counts.duplicates.Add(1)
@@ -137,16 +146,32 @@ func (r *receiver) checkSequence(j *job) (bool, *Gap) {
 	if res.GapFrom == 0 {
 		return false, nil
 	}
-	r.s.counts.gaps.Add(1)
-	r.obs.sequenceGap(ctx, d.Key, d.Producer, res.GapFrom, res.GapTo)
-	return false, &Gap{Key: d.Key, Producer: d.Producer, From: res.GapFrom, To: res.GapTo, MessageID: d.ID, Seq: d.Seq}
+	g := &Gap{Key: d.Key, Producer: d.Producer, From: res.GapFrom, To: res.GapTo, MessageID: d.ID, Seq: d.Seq}
+	// Only a key that had nothing here could have been on another client
+	// meanwhile (the service moves a key only when none of its messages
+	// is outstanding), and only after a pause: a gap then may be the
+	// numbers another client processed.
+	g.Uncertain = j.fresh && res.Idle >= gapQuiet
+	if g.Uncertain {
+		r.s.counts.uncertainGaps.Add(1)
+	} else {
+		r.s.counts.gaps.Add(1)
+	}
+	r.obs.sequenceGap(ctx, d.Key, d.Producer, res.GapFrom, res.GapTo, g.Uncertain)
+	return false, g
 }
+
+// gapQuiet is how long a key must have been quiet here, and had nothing
+// here, for a gap before its next message to be uncertain: it may have
+// been on another client of the subscription meanwhile. Only a test
+// changes it (SetGapQuiet).
+var gapQuiet = time.Second
 
 // processedStamp records j's stamp as processed, before j is acked, so
 // that a copy that comes after the ack is known.
 func (r *receiver) processedStamp(j *job) {
 	if r.sequenced(j) {
-		r.seqs.Done(j.d.Key, ordering.Stamp{Producer: j.d.Producer, Seq: j.d.Seq})
+		r.seqs.Done(j.d.Key, ordering.Stamp{Producer: j.d.Producer, Seq: j.d.Seq}, time.Now())
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+	"time"
 
 	"cloud.google.com/go/pubsub/v2"
 	"github.com/stretchr/testify/assert"
@@ -80,8 +81,8 @@ func BenchmarkSequenceCheck(b *testing.B) {
 		i := 0
 		for b.Loop() {
 			st := ordering.Stamp{Producer: "producer-7", Seq: uint64(i/keys + 1)}
-			if !s.Check(names[i%keys], st, "", false).Copy {
-				s.Done(names[i%keys], st)
+			if !s.Check(names[i%keys], st, "", false, time.Time{}).Copy {
+				s.Done(names[i%keys], st, time.Time{})
 			}
 			i++
 		}
@@ -94,7 +95,7 @@ func BenchmarkSequenceCheck(b *testing.B) {
 			s := seqwindow.New(keys)
 			p := newProcessed(keys)
 			for _, k := range names {
-				s.Done(k, ordering.Stamp{Producer: "producer-7", Seq: 1})
+				s.Done(k, ordering.Stamp{Producer: "producer-7", Seq: 1}, time.Time{})
 			}
 			runtime.GC()
 			runtime.ReadMemStats(&after)

@@ -139,8 +139,10 @@ type Stats struct {
 	// [WithSequenceWindow]).
 	Duplicates int64
 	// Gaps counts the gaps in producers' sequences reported to
-	// [WithGapHandler].
-	Gaps int64
+	// [WithGapHandler] that are certain, and UncertainGaps those that are
+	// not: seen after the key had been away, perhaps on another client
+	// ([Gap.Uncertain]).
+	Gaps, UncertainGaps int64
 	// Rerun counts stamped messages run though they may have run before:
 	// a bound of [WithSequenceWindow] was reached, and what the window
 	// forgot runs again rather than being taken for a copy (S12).
@@ -191,7 +193,7 @@ type Stats struct {
 type counters struct {
 	settled                                            [numOutcomes]atomic.Int64 // by outcome (receive.go)
 	received, retried, failed, deadLettered, ackFailed atomic.Int64
-	duplicates, gaps, rerun                            atomic.Int64 // sequence.go
+	duplicates, gaps, uncertainGaps, rerun             atomic.Int64 // sequence.go
 	parked, released                                   atomic.Int64 // park.go
 }
 
@@ -220,6 +222,7 @@ func (s *Subscription) Stats() Stats {
 		AckFailed:      c.ackFailed.Load(),
 		Duplicates:     c.duplicates.Load(),
 		Gaps:           c.gaps.Load(),
+		UncertainGaps:  c.uncertainGaps.Load(),
 		Rerun:          c.rerun.Load(),
 		Parked:         c.parked.Load(),
 		Released:       c.released.Load(),

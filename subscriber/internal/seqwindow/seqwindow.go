@@ -16,6 +16,11 @@
 // is taken for a copy of a message processed before, unless it was
 // redriven from a dead-letter topic, when it runs once.
 //
+// The window keeps no clock: Check and Done are told the time, and Check
+// reports how long the pair had been idle, so that its caller can tell a
+// gap seen while a key stayed with it from one that may be another
+// process's doing.
+//
 // # Bounds
 //
 // Every bound forgets towards running, never towards skipping: what it
@@ -36,6 +41,7 @@ package seqwindow
 import (
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/keyorder/keyorder/ordering"
 )
@@ -55,6 +61,9 @@ type Result struct {
 	// Uncertain is set when the number is to run but may have run before:
 	// a bound of the window was reached and what it forgot runs again.
 	Uncertain bool
+	// Idle is how long the pair had been inactive, by the times Check and
+	// Done were given; 0 for a pair seen for the first time.
+	Idle time.Duration
 }
 
 // A Window is safe for concurrent use. The zero value is not usable: make
@@ -96,7 +105,9 @@ type entry struct {
 	// pair: a number below from may not be a copy.
 	unsure bool
 	// copying is set while the pair's deliveries are copies.
-	copying    bool
+	copying bool
+	// seen is when the pair was last checked or done, as given.
+	seen       time.Time
 	prev, next *entry
 }
 
@@ -114,14 +125,19 @@ type run struct {
 func (r run) holds(n uint64) bool { return r.first <= n && n <= r.last }
 
 // Check looks at the number st.Seq of key's producer st.Producer, about
-// to be processed as the message id; redriven says the message came back
-// from a dead-letter topic. A gap it reports is owed from then on.
-func (w *Window) Check(key string, st ordering.Stamp, id string, redriven bool) Result {
+// to be processed as the message id at now; redriven says the message
+// came back from a dead-letter topic. A gap it reports is owed from then
+// on.
+func (w *Window) Check(key string, st ordering.Stamp, id string, redriven bool, now time.Time) Result {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	e := w.touch(pair{key, st.Producer}, st.Seq)
 	n := st.Seq
 	var res Result
+	if !e.seen.IsZero() {
+		res.Idle = now.Sub(e.seen)
+	}
+	e.seen = now
 	switch owed := find(e.owed, n); {
 	case owed >= 0 && e.owed[owed].id != "" && e.owed[owed].id != id:
 		return e.copied() // owed to the message itself, not to a copy of it
@@ -160,11 +176,12 @@ func expected(last, seq uint64) uint64 {
 	return last + 1
 }
 
-// Done records that st.Seq of key's producer was processed.
-func (w *Window) Done(key string, st ordering.Stamp) {
+// Done records that st.Seq of key's producer was processed, at now.
+func (w *Window) Done(key string, st ordering.Stamp, now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	e := w.touch(pair{key, st.Producer}, st.Seq)
+	e.seen = now
 	n := st.Seq
 	e.paid(n)
 	if n < e.from && find(e.below, n) < 0 {

@@ -3,6 +3,7 @@ package seqwindow
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -11,6 +12,9 @@ import (
 )
 
 func stamp(seq uint64) ordering.Stamp { return ordering.Stamp{Producer: "p", Seq: seq} }
+
+// t0 is the time the tests tell the window, where it does not matter.
+var t0 = time.Unix(1_000_000, 0)
 
 // idOf is the message ID the tests give number seq.
 func idOf(seq uint64) string { return fmt.Sprint("m", seq) }
@@ -54,12 +58,12 @@ func TestCheck(t *testing.T) {
 	}
 	w := New(10)
 	for i, st := range steps {
-		res := w.Check("k", stamp(st.seq), idOf(st.seq), st.redriven)
+		res := w.Check("k", stamp(st.seq), idOf(st.seq), st.redriven, t0)
 		assert.Equal(t, st.copied, res.Copy, "step %d (seq %d): %s", i, st.seq, st.comment)
 		assert.Equal(t, st.gap, gap(res), "step %d (seq %d): %s", i, st.seq, st.comment)
 		assert.False(t, res.Uncertain, "step %d: no bound reached", i)
 		if st.done {
-			w.Done("k", stamp(st.seq))
+			w.Done("k", stamp(st.seq), t0)
 		}
 	}
 }
@@ -91,11 +95,11 @@ func TestEpochs(t *testing.T) {
 	}
 	w := New(10)
 	for i, st := range steps {
-		res := w.Check("k", stamp(st.seq), idOf(st.seq), false)
+		res := w.Check("k", stamp(st.seq), idOf(st.seq), false, t0)
 		assert.Equal(t, st.copied, res.Copy, "step %d: %s", i, st.comment)
 		assert.Equal(t, st.gap, gap(res), "step %d: %s", i, st.comment)
 		if !res.Copy {
-			w.Done("k", stamp(st.seq))
+			w.Done("k", stamp(st.seq), t0)
 		}
 	}
 }
@@ -108,9 +112,9 @@ func TestPerProducerAndKey(t *testing.T) {
 	for _, id := range []pair{{"k", "a"}, {"k", "b"}, {"j", "a"}} {
 		for seq := uint64(1); seq <= 3; seq++ {
 			st := ordering.Stamp{Producer: id.producer, Seq: seq}
-			res := w.Check(id.key, st, "", false)
+			res := w.Check(id.key, st, "", false, t0)
 			require.Equal(t, Result{}, res, "%v %d", id, seq)
-			w.Done(id.key, st)
+			w.Done(id.key, st, t0)
 		}
 	}
 	assert.Equal(t, 3, w.Len())
@@ -123,10 +127,10 @@ func TestUndo(t *testing.T) {
 	t.Parallel()
 	w := New(10)
 	run := func(seq uint64) (copied bool) {
-		res := w.Check("k", stamp(seq), idOf(seq), false)
+		res := w.Check("k", stamp(seq), idOf(seq), false, t0)
 		require.Zero(t, gap(res), "seq %d", seq)
 		if !res.Copy {
-			w.Done("k", stamp(seq))
+			w.Done("k", stamp(seq), t0)
 		}
 		return res.Copy
 	}
@@ -148,10 +152,10 @@ func TestUndo(t *testing.T) {
 	assert.False(t, run(1), "1 runs again")
 	assert.True(t, run(1), "an ack failing twice before the message came back runs it once")
 	require.False(t, run(5))
-	res := w.Check("k", stamp(6), idOf(6), false)
+	res := w.Check("k", stamp(6), idOf(6), false, t0)
 	require.False(t, res.Copy)
 	undo(5)
-	w.Done("k", stamp(6))
+	w.Done("k", stamp(6), t0)
 	assert.False(t, run(5), "5 runs again after 6")
 	assert.True(t, run(5), "once")
 }
@@ -162,11 +166,11 @@ func TestCopyRuns(t *testing.T) {
 	w := New(10)
 	var firsts []bool
 	for _, seq := range []uint64{1, 2, 3, 1, 2, 3, 4, 2, 3, 5} {
-		res := w.Check("k", stamp(seq), idOf(seq), false)
+		res := w.Check("k", stamp(seq), idOf(seq), false, t0)
 		if res.Copy {
 			firsts = append(firsts, res.FirstCopy)
 		} else {
-			w.Done("k", stamp(seq))
+			w.Done("k", stamp(seq), t0)
 		}
 	}
 	assert.Equal(t, []bool{true, false, false, true, false}, firsts, "two runs: 1..3 again, and 2..3")
@@ -176,12 +180,12 @@ func TestCopyRuns(t *testing.T) {
 // 2*runs are owed, each a run of its own.
 func owedEveryOther(t *testing.T, w *Window, runs uint64) {
 	for i := uint64(0); i <= runs; i++ {
-		res := w.Check("k", stamp(2*i+1), idOf(2*i+1), false)
+		res := w.Check("k", stamp(2*i+1), idOf(2*i+1), false, t0)
 		require.False(t, res.Copy)
 		if i > 0 {
 			require.Equal(t, [2]uint64{2 * i, 2 * i}, gap(res))
 		}
-		w.Done("k", stamp(2*i+1))
+		w.Done("k", stamp(2*i+1), t0)
 	}
 }
 
@@ -197,19 +201,19 @@ func TestOwedBound(t *testing.T) {
 			w := New(10)
 			owedEveryOther(t, w, runs)
 			for i := uint64(1); i <= runs; i++ {
-				res := w.Check("k", stamp(2*i), idOf(2*i), false)
+				res := w.Check("k", stamp(2*i), idOf(2*i), false, t0)
 				require.False(t, res.Copy, "%d is owed: it must run", 2*i)
-				w.Done("k", stamp(2*i))
+				w.Done("k", stamp(2*i), t0)
 			}
 			var again, unsure int
 			for i := uint64(0); i <= runs; i++ {
-				res := w.Check("k", stamp(2*i+1), idOf(2*i+1), false)
+				res := w.Check("k", stamp(2*i+1), idOf(2*i+1), false, t0)
 				if !res.Copy {
 					again++
 					if res.Uncertain {
 						unsure++
 					}
-					w.Done("k", stamp(2*i+1))
+					w.Done("k", stamp(2*i+1), t0)
 				}
 			}
 			if runs <= MaxRuns {
@@ -229,20 +233,20 @@ func TestPayingInsideAFullGap(t *testing.T) {
 	t.Parallel()
 	w := New(10)
 	// 64 runs owed: a wide one first (2..10), then 12, 14, ...
-	require.False(t, w.Check("k", stamp(1), idOf(1), false).Copy)
-	w.Done("k", stamp(1))
-	require.Equal(t, [2]uint64{2, 10}, gap(w.Check("k", stamp(11), idOf(11), false)))
-	w.Done("k", stamp(11))
+	require.False(t, w.Check("k", stamp(1), idOf(1), false, t0).Copy)
+	w.Done("k", stamp(1), t0)
+	require.Equal(t, [2]uint64{2, 10}, gap(w.Check("k", stamp(11), idOf(11), false, t0)))
+	w.Done("k", stamp(11), t0)
 	for i := uint64(1); i < MaxRuns; i++ {
 		n := 11 + 2*i
-		require.Equal(t, [2]uint64{n - 1, n - 1}, gap(w.Check("k", stamp(n), idOf(n), false)))
-		w.Done("k", stamp(n))
+		require.Equal(t, [2]uint64{n - 1, n - 1}, gap(w.Check("k", stamp(n), idOf(n), false, t0)))
+		w.Done("k", stamp(n), t0)
 	}
 	// 6 comes late, from the middle of the oldest run.
-	require.False(t, w.Check("k", stamp(6), idOf(6), false).Copy)
-	w.Done("k", stamp(6))
+	require.False(t, w.Check("k", stamp(6), idOf(6), false, t0).Copy)
+	w.Done("k", stamp(6), t0)
 	for _, n := range []uint64{2, 3, 4, 5, 7, 8, 9, 10, 12, 10 + 2*MaxRuns} {
-		assert.False(t, w.Check("k", stamp(n), idOf(n), false).Copy, "%d is still owed", n)
+		assert.False(t, w.Check("k", stamp(n), idOf(n), false, t0).Copy, "%d is still owed", n)
 	}
 }
 
@@ -266,18 +270,18 @@ func TestRedrivenBound(t *testing.T) {
 			t.Parallel()
 			w := New(10)
 			start := uint64(1000)
-			require.False(t, w.Check("k", stamp(start), idOf(start), false).Copy)
-			w.Done("k", stamp(start))
+			require.False(t, w.Check("k", stamp(start), idOf(start), false, t0).Copy)
+			w.Done("k", stamp(start), t0)
 			for _, n := range tc.nums {
-				require.False(t, w.Check("k", stamp(n), idOf(n), true).Copy, "%d redriven: runs", n)
-				w.Done("k", stamp(n))
+				require.False(t, w.Check("k", stamp(n), idOf(n), true, t0).Copy, "%d redriven: runs", n)
+				w.Done("k", stamp(n), t0)
 			}
 			again := 0
 			for _, n := range tc.nums {
-				if res := w.Check("k", stamp(n), idOf(n), true); !res.Copy {
+				if res := w.Check("k", stamp(n), idOf(n), true, t0); !res.Copy {
 					again++
 					assert.True(t, res.Uncertain, "%d ran again: marked uncertain", n)
-					w.Done("k", stamp(n))
+					w.Done("k", stamp(n), t0)
 				}
 			}
 			assert.Equal(t, tc.again, again, "redriven a second time")
@@ -303,9 +307,9 @@ func TestPairBound(t *testing.T) {
 	const size = 100
 	w := New(size)
 	process := func(key string, seq uint64) Result {
-		res := w.Check(key, stamp(seq), idOf(seq), false)
+		res := w.Check(key, stamp(seq), idOf(seq), false, t0)
 		if !res.Copy {
-			w.Done(key, stamp(seq))
+			w.Done(key, stamp(seq), t0)
 		}
 		return res
 	}
@@ -331,12 +335,22 @@ func TestUndoIsOwedToItsMessage(t *testing.T) {
 	t.Parallel()
 	w := New(10)
 	for seq := uint64(1); seq <= 2; seq++ {
-		require.False(t, w.Check("k", stamp(seq), idOf(seq), false).Copy)
-		w.Done("k", stamp(seq))
+		require.False(t, w.Check("k", stamp(seq), idOf(seq), false, t0).Copy)
+		w.Done("k", stamp(seq), t0)
 	}
 	w.Undo("k", stamp(1), idOf(1))
-	assert.True(t, w.Check("k", stamp(1), "copy-of-1", false).Copy, "a copy under another ID")
-	assert.False(t, w.Check("k", stamp(1), idOf(1), false).Copy, "the message itself runs again")
-	w.Done("k", stamp(1))
-	assert.True(t, w.Check("k", stamp(1), idOf(1), false).Copy, "once")
+	assert.True(t, w.Check("k", stamp(1), "copy-of-1", false, t0).Copy, "a copy under another ID")
+	assert.False(t, w.Check("k", stamp(1), idOf(1), false, t0).Copy, "the message itself runs again")
+	w.Done("k", stamp(1), t0)
+	assert.True(t, w.Check("k", stamp(1), idOf(1), false, t0).Copy, "once")
+}
+
+// TestIdle: Check reports how long the pair had been idle, from its last
+// Check or Done, and nothing for a new pair.
+func TestIdle(t *testing.T) {
+	t.Parallel()
+	w := New(10)
+	assert.Zero(t, w.Check("k", stamp(1), idOf(1), false, t0).Idle, "a new pair")
+	w.Done("k", stamp(1), t0.Add(time.Second))
+	assert.Equal(t, 4*time.Second, w.Check("k", stamp(2), idOf(2), false, t0.Add(5*time.Second)).Idle)
 }
