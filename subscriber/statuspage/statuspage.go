@@ -61,7 +61,8 @@ func Handler(sub *subscriber.Subscription) http.Handler {
 }
 
 // Status is the JSON of the page: a [subscriber.Stats] with durations in
-// seconds and errors as text.
+// seconds and errors as text. Counts, and what the Receive holds now, are
+// this process's own; Parked is the subscription's, from its control log.
 type Status struct {
 	Subscription string    `json:"subscription"`
 	At           time.Time `json:"at"`
@@ -97,10 +98,12 @@ type Counts struct {
 	Parked         int64 `json:"parked"`
 	Released       int64 `json:"released"`
 	AckFailed      int64 `json:"ack_failed"`
-	// Duplicates and Gaps are the sequence check's (S12): copies skipped by
-	// their stamp, and runs of numbers missing.
-	Duplicates int64 `json:"duplicates"`
-	Gaps       int64 `json:"gaps"`
+	// Duplicates, Gaps and UncertainGaps are the sequence check's (S12):
+	// copies skipped by their stamp, and runs of numbers missing, certain
+	// or not.
+	Duplicates    int64 `json:"duplicates"`
+	Gaps          int64 `json:"gaps"`
+	UncertainGaps int64 `json:"uncertain_gaps"`
 }
 
 // A Partition is a [subscriber.PartitionStats], times in seconds.
@@ -141,15 +144,20 @@ type Held struct {
 }
 
 // A Parked is a [subscriber.ParkedKey] as the running Receive's view of
-// the control log has it: Since is a time, Age its age in seconds.
+// the control log has it, which is every process's: Since is a time, Age
+// its age in seconds; ReleaseRequested, when a release request is pending
+// on it, is when it was made (null otherwise), and ReleaseRequestedBy who
+// made it.
 type Parked struct {
-	Key       string    `json:"key"`
-	MessageID string    `json:"message_id"`
-	Since     time.Time `json:"since"`
-	Age       float64   `json:"age"`
-	Messages  int       `json:"messages"`
-	Error     string    `json:"error"`
-	Releasing bool      `json:"releasing"`
+	Key                string     `json:"key"`
+	MessageID          string     `json:"message_id"`
+	Since              time.Time  `json:"since"`
+	Age                float64    `json:"age"`
+	Messages           int        `json:"messages"`
+	Error              string     `json:"error"`
+	Releasing          bool       `json:"releasing"`
+	ReleaseRequested   *time.Time `json:"release_requested"`
+	ReleaseRequestedBy string     `json:"release_requested_by"`
 }
 
 func newStatus(sub *subscriber.Subscription) Status {
@@ -162,7 +170,7 @@ func newStatus(sub *subscriber.Subscription) Status {
 			Failed: st.Failed, DeadLettered: st.DeadLettered, NackedHeld: st.NackedHeld,
 			NackedTail: st.NackedTail, NackedRoom: st.NackedRoom, NackedShutdown: st.NackedShutdown,
 			Parked: st.Parked, Released: st.Released, AckFailed: st.AckFailed,
-			Duplicates: st.Duplicates, Gaps: st.Gaps,
+			Duplicates: st.Duplicates, Gaps: st.Gaps, UncertainGaps: st.UncertainGaps,
 		},
 		ActivePartitions: st.ActivePartitions,
 		// Empty lists rather than null, for the page's script.
@@ -188,10 +196,14 @@ func newStatus(sub *subscriber.Subscription) Status {
 		s.Held = append(s.Held, k)
 	}
 	for _, p := range st.ParkedKeys {
-		s.Parked = append(s.Parked, Parked{
+		k := Parked{
 			Key: p.Key, MessageID: p.MessageID, Since: p.Since, Age: st.At.Sub(p.Since).Seconds(),
 			Messages: p.Messages, Error: p.LastError, Releasing: p.Releasing,
-		})
+		}
+		if !p.ReleaseRequested.IsZero() {
+			k.ReleaseRequested, k.ReleaseRequestedBy = &p.ReleaseRequested, p.ReleaseRequestedBy
+		}
+		s.Parked = append(s.Parked, k)
 	}
 	return s
 }

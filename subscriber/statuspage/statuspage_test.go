@@ -224,7 +224,72 @@ func TestStatusPageParkedKeys(t *testing.T) {
 	html, _ := get(t, web.URL)
 	assert.Contains(t, html, "Parked keys")
 	assert.Contains(t, html, "&lt;b&gt;stuck&lt;/b&gt;")
-	assert.Contains(t, html, "1 parked, 0 released")
+	assert.Contains(t, html, "this process's own: <span id=\"parkcounts\">parked 1, released 0</span>")
+}
+
+// TestStatusPageShowsTheSubscription: a process's page shows the keys that
+// another process parked, with the release request pending on them, from
+// the control log, and says which counts are its own: this one parked
+// nothing.
+func TestStatusPageShowsTheSubscription(t *testing.T) {
+	t.Parallel()
+	srv, client := harness.Fake(t)
+	ctx := harness.Context(t, 30*time.Second)
+	quiet := subscriber.WithLogger(slog.New(slog.DiscardHandler))
+	parker, err := subscriber.CreateWithTopic(ctx, client, "shared-topic", "shared-sub",
+		subscriber.WithParking("shared-parked"), subscriber.WithParkingWait(100*time.Millisecond), quiet)
+	require.NoError(t, err)
+	p, err := publisher.New(client, "shared-topic")
+	require.NoError(t, err)
+	_, err = p.Publish(ctx, &publisher.Message{Data: []byte("poison")}, publisher.WithOrderingKey("k")).Get(ctx)
+	require.NoError(t, err)
+	require.NoError(t, p.Close(ctx))
+	pctx, stopParker := context.WithCancel(ctx)
+	parked := make(chan error, 1)
+	go func() {
+		parked <- parker.Receive(pctx, func(context.Context, *subscriber.Delivery) error {
+			return subscriber.Permanent(errors.New("bad"))
+		})
+	}()
+	require.NoError(t, srv.WaitFor(ctx, func() bool { return parker.Stats().Parked == 1 }))
+	stopParker()
+	require.NoError(t, <-parked)
+
+	other, err := subscriber.Open(ctx, harness.Client(t, srv.Addr), "shared-sub",
+		subscriber.WithParking("shared-parked"), subscriber.WithParkingWait(100*time.Millisecond), quiet)
+	require.NoError(t, err)
+	running, proceed := make(chan struct{}), make(chan struct{})
+	octx, stopOther := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- other.Receive(octx, func(context.Context, *subscriber.Delivery) error {
+			close(running)
+			<-proceed
+			return nil
+		})
+	}()
+	defer func() {
+		stopOther()
+		require.NoError(t, <-done)
+	}()
+	require.NoError(t, parker.RequestRelease(ctx, "k"))
+	select {
+	case <-running:
+	case <-ctx.Done():
+		t.Fatal("the release request was not carried out")
+	}
+	web := httptest.NewServer(statuspage.Handler(other))
+	defer web.Close()
+	st, _ := status(t, web.URL)
+	require.Len(t, st.Parked, 1, "parked by the other process")
+	assert.Equal(t, "k", st.Parked[0].Key)
+	require.NotNil(t, st.Parked[0].ReleaseRequested, "the request pending")
+	assert.Contains(t, st.Parked[0].ReleaseRequestedBy, "(pid ")
+	assert.Zero(t, st.Counts.Parked, "this process parked nothing")
+	html, _ := get(t, web.URL)
+	assert.Contains(t, html, "this process's own: <span id=\"parkcounts\">parked 0, released 0</span>")
+	assert.Contains(t, html, st.Parked[0].ReleaseRequestedBy)
+	close(proceed)
 }
 
 // TestHandlerOfNil: a nil Subscription is refused when the page is made,
