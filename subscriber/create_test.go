@@ -289,3 +289,42 @@ func TestNoParkingOrDeadLetteringOntoItsOwnTopic(t *testing.T) {
 		require.ErrorIs(t, err, subscriber.ErrInvalidConfig)
 	})
 }
+
+// TestEndedContexts: every blocking call of the package, given a ctx that
+// has ended, returns an error matching ctx.Err(), wrapped with what it was
+// doing, so that the usual shutdown checks hold.
+func TestEndedContexts(t *testing.T) {
+	t.Parallel()
+	e := newParkEnv(t, nil)
+	e.publishSeqs(t, "k", 1, 1)
+	stop := start(t, e.sub, func(context.Context, *subscriber.Delivery) error { return subscriber.Permanent(errInjected) })
+	e.awaitParked(t, "k", 1)
+	stop()
+	topic := e.topic
+	calls := map[string]func(ctx context.Context) error{
+		"CreateWithTopic": func(ctx context.Context) error {
+			_, err := subscriber.CreateWithTopic(ctx, e.client, "fresh-topic", "fresh-sub")
+			return err
+		},
+		"Open":              func(ctx context.Context) error { _, err := subscriber.Open(ctx, e.client, e.sub.Name()); return err },
+		"Parked":            func(ctx context.Context) error { _, err := e.sub.Parked(ctx); return err },
+		"Release":           func(ctx context.Context) error { return e.sub.Release(ctx, "k") },
+		"RequestRelease":    func(ctx context.Context) error { return e.sub.RequestRelease(ctx, "k") },
+		"WithdrawRelease":   func(ctx context.Context) error { return e.sub.WithdrawRelease(ctx, "k") },
+		"SetTopicRetention": func(ctx context.Context) error { return subscriber.SetTopicRetention(ctx, e.client, topic, time.Hour) },
+		"Replay": func(ctx context.Context) error {
+			return subscriber.Replay(ctx, e.client, topic, time.Time{}, func(context.Context, *subscriber.Delivery) error { return nil })
+		},
+	}
+	for name, call := range calls {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			cancelled, cancel := context.WithCancel(context.Background())
+			cancel()
+			assert.ErrorIs(t, call(cancelled), context.Canceled)
+			expired, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+			defer cancel()
+			assert.ErrorIs(t, call(expired), context.DeadlineExceeded)
+		})
+	}
+}

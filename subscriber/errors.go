@@ -1,12 +1,15 @@
 package subscriber
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/keyorder/keyorder/ordering"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // ErrNotFound is returned, wrapped with the resource's name, by [Open]
@@ -208,3 +211,23 @@ func (e *UnsupportedError) Is(target error) bool { return target == ErrUnsupport
 
 // Unwrap returns the server's answer.
 func (e *UnsupportedError) Unwrap() error { return e.Err }
+
+// ended returns err as the caller of what should see it: when ctx has
+// ended and err is the service's or a wait's word for that (a gRPC
+// Canceled or DeadlineExceeded, or a context error), an error matching
+// ctx.Err(), wrapped with what was being done and the cause's text, so
+// that errors.Is(err, context.Canceled) holds as the docs promise;
+// otherwise err as it is.
+func ended(ctx context.Context, what string, err error) error {
+	if err == nil || ctx.Err() == nil || errors.Is(err, ctx.Err()) {
+		return err
+	}
+	switch status.Code(err) {
+	case codes.Canceled, codes.DeadlineExceeded:
+	default:
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+	}
+	return fmt.Errorf("%s%s: %w (%v)", errPrefix, what, ctx.Err(), err)
+}

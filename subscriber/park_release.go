@@ -48,7 +48,8 @@ type ParkedKey struct {
 // has caught up with the control log, or else from a replay of the log.
 // It returns an error matching [ErrNoParking] without [WithParking], and
 // ctx.Err() if ctx ends first.
-func (s *Subscription) Parked(ctx context.Context) ([]ParkedKey, error) {
+func (s *Subscription) Parked(ctx context.Context) (_ []ParkedKey, err error) {
+	defer func() { err = ended(ctx, "listing parked keys", err) }()
 	if s == nil {
 		return nil, invalid("Parked on a nil Subscription")
 	}
@@ -116,7 +117,8 @@ func parkedKeys(lg *controllog.Log) []ParkedKey {
 // [ErrReleasing] when another release of the key runs, here or on another
 // process (one whose process died is taken over after 30 s without a sign
 // of life); where none runs, Release waits for such a release to end.
-func (s *Subscription) Release(ctx context.Context, key string) error {
+func (s *Subscription) Release(ctx context.Context, key string) (err error) {
+	defer func() { err = ended(ctx, "releasing", err) }()
 	if s == nil {
 		return invalid("Release on a nil Subscription")
 	}

@@ -46,7 +46,8 @@ import (
 // matching [ErrNotParked] when the key is not parked, [ErrNoParking]
 // without [WithParking], ctx.Err() if ctx ends first, and the service's
 // error if the control log cannot be read or written.
-func (s *Subscription) RequestRelease(ctx context.Context, key string) error {
+func (s *Subscription) RequestRelease(ctx context.Context, key string) (err error) {
+	defer func() { err = ended(ctx, "requesting a release", err) }()
 	if s == nil {
 		return invalid("RequestRelease on a nil Subscription")
 	}

@@ -29,7 +29,8 @@ import (
 // when no request is pending on it, [ErrNoParking] without
 // [WithParking], ctx.Err() if ctx ends first, and the service's error if
 // the control log cannot be read or written.
-func (s *Subscription) WithdrawRelease(ctx context.Context, key string) error {
+func (s *Subscription) WithdrawRelease(ctx context.Context, key string) (err error) {
+	defer func() { err = ended(ctx, "withdrawing a release request", err) }()
 	if s == nil {
 		return invalid("WithdrawRelease on a nil Subscription")
 	}

@@ -62,7 +62,8 @@ import (
 // apply (Replay parks nothing and makes no control topic), and neither do
 // [WithDeadLetterPolicy] and [WithRetryPolicy], which shape a subscription
 // [CreateWithTopic] makes. [WithQuietPeriod] applies only here.
-func Replay(ctx context.Context, client *pubsub.Client, topicID string, from time.Time, h Handler, opts ...Option) error {
+func Replay(ctx context.Context, client *pubsub.Client, topicID string, from time.Time, h Handler, opts ...Option) (err error) {
+	defer func() { err = ended(ctx, "replaying", err) }()
 	start := time.Now()
 	cfg, err := newConfig(opts)
 	if err != nil {

@@ -29,7 +29,8 @@ import (
 // [ErrInvalidConfig] for a d out of range or a malformed ID,
 // [ErrNotFound] when the topic does not exist (it creates none, so that
 // a mistyped name is not a new topic), and otherwise the service's error.
-func SetTopicRetention(ctx context.Context, client *pubsub.Client, topicID string, d time.Duration) error {
+func SetTopicRetention(ctx context.Context, client *pubsub.Client, topicID string, d time.Duration) (err error) {
+	defer func() { err = ended(ctx, "setting a topic's retention", err) }()
 	if client == nil {
 		return invalid("SetTopicRetention with a nil client")
 	}
@@ -40,7 +41,7 @@ func SetTopicRetention(ctx context.Context, client *pubsub.Client, topicID strin
 		return invalid("SetTopicRetention: %v", err)
 	}
 	topic := fullName(client, "topics", topicID)
-	_, err := client.TopicAdminClient.UpdateTopic(ctx, &pubsubpb.UpdateTopicRequest{
+	_, err = client.TopicAdminClient.UpdateTopic(ctx, &pubsubpb.UpdateTopicRequest{
 		Topic:      &pubsubpb.Topic{Name: topic, MessageRetentionDuration: durationpb.New(d)},
 		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"message_retention_duration"}},
 	})

@@ -63,7 +63,8 @@ type Subscription struct {
 // IDs may also be full resource names. Existing resources are looked up
 // before anything is created, so a client allowed only to read them and to
 // subscribe works too.
-func CreateWithTopic(ctx context.Context, client *pubsub.Client, topicID, subID string, opts ...Option) (*Subscription, error) {
+func CreateWithTopic(ctx context.Context, client *pubsub.Client, topicID, subID string, opts ...Option) (_ *Subscription, err error) {
+	defer func() { err = ended(ctx, "creating a subscription", err) }()
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
@@ -112,7 +113,8 @@ func CreateWithTopic(ctx context.Context, client *pubsub.Client, topicID, subID 
 // Open returns the existing subscription subID (an ID or a full name),
 // with its own ordering setting. A missing subscription is an error
 // matching [ErrNotFound].
-func Open(ctx context.Context, client *pubsub.Client, subID string, opts ...Option) (*Subscription, error) {
+func Open(ctx context.Context, client *pubsub.Client, subID string, opts ...Option) (_ *Subscription, err error) {
+	defer func() { err = ended(ctx, "opening a subscription", err) }()
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
