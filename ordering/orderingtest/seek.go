@@ -57,10 +57,11 @@ func (sub *subscription) seek(t time.Time) {
 	slices.SortFunc(msgs, func(a, b *message) int { return cmp.Compare(a.serial, b.serial) })
 
 	sub.reset()
+	due := sub.srv.dueAfter(0)
 	for _, m := range msgs {
 		switch {
 		case !m.published.Before(t):
-			sub.enqueue(m)
+			sub.enqueue(m, due)
 		case sub.proto.GetRetainAckedMessages():
 			sub.acked = append(sub.acked, m)
 		}

@@ -56,12 +56,14 @@ func (sub *subscription) deadLetterPolicy() *pubsubpb.DeadLetterPolicy {
 	return sub.proto.GetDeadLetterPolicy()
 }
 
-// enqueue adds a newly published (or sought-back) message to the backlog.
-func (sub *subscription) enqueue(m *message) {
+// enqueue adds a newly published (or sought-back) message to the backlog,
+// deliverable at due: the messages of one publish request become
+// deliverable together, as they were stored together.
+func (sub *subscription) enqueue(m *message, due time.Time) {
 	if !sub.filter.matches(m.proto) {
 		return // the service acknowledges it for the subscription
 	}
-	e := &entry{msg: m, due: sub.srv.dueAfter(0)}
+	e := &entry{msg: m, due: due}
 	key := m.proto.GetOrderingKey()
 	if !sub.ordered || key == "" {
 		// Messages without a key, and every message of an unordered

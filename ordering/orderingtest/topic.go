@@ -50,6 +50,7 @@ func (t *topic) retained(m *message, now time.Time) bool {
 // attached subscription. pms must already be valid. It returns the IDs.
 func (s *Server) publishLocked(t *topic, pms []*pubsubpb.PubsubMessage) []string {
 	now := time.Now()
+	due := s.dueAfter(0) // the latency, once for the whole request
 	ids := make([]string, len(pms))
 	for i, pm := range pms {
 		s.nextSerial++
@@ -66,7 +67,7 @@ func (s *Server) publishLocked(t *topic, pms []*pubsubpb.PubsubMessage) []string
 		}
 		t.msgs = append(t.msgs, m)
 		for sub := range t.subs {
-			sub.enqueue(m)
+			sub.enqueue(m, due)
 		}
 		ids[i] = p.MessageId
 	}
