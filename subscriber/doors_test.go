@@ -295,13 +295,7 @@ func TestPushCloseDrainsReleases(t *testing.T) {
 	case <-time.After(testTimeout):
 		t.Fatalf("the release did not run: %s", pe.describe())
 	}
-	closed := make(chan error, 1)
-	go func() { closed <- e.sub.Close(testContext(t)) }()
-	token, err := e.srv.SignToken(e.srv.PushClaims(pusher, e.endpoint))
-	require.NoError(t, err)
-	require.NoError(t, poll(testContext(t), func() bool {
-		return e.post(t, http.MethodPost, token, pushBody(t, e.sub.Name(), "m-late", "other", "x")) == http.StatusServiceUnavailable
-	}), "Close has begun")
+	closed := e.closing(t)
 	close(proceed)
 	assert.NoError(t, <-handlerErr, "the release's call was not cancelled")
 	assert.ErrorIs(t, await(t, released), subscriber.ErrNotReceiving, "it starts nothing after k/1 once stopping (S7)")

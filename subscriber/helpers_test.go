@@ -589,3 +589,17 @@ func keyNames(n int) []string {
 	}
 	return keys
 }
+
+// closing starts e.sub's Close and returns once a push is answered 503,
+// with the channel that gets Close's result.
+func (e pushEnv) closing(t *testing.T) <-chan error {
+	t.Helper()
+	closed := make(chan error, 1)
+	go func() { closed <- e.sub.Close(testContext(t)) }()
+	token, err := e.srv.SignToken(e.srv.PushClaims(pusher, e.endpoint))
+	require.NoError(t, err)
+	require.NoError(t, poll(testContext(t), func() bool {
+		return e.post(t, http.MethodPost, token, pushBody(t, e.sub.Name(), "m-late", "other", "x")) == http.StatusServiceUnavailable
+	}), "a push after Close is answered 503")
+	return closed
+}

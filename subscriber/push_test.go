@@ -240,13 +240,7 @@ func TestPushClose(t *testing.T) {
 	}))
 	e.publish(t, []string{"k"}, 2)
 	<-running
-	closed := make(chan error, 1)
-	go func() { closed <- e.sub.Close(testContext(t)) }()
-	token, err := e.srv.SignToken(e.srv.PushClaims(pusher, e.endpoint))
-	require.NoError(t, err)
-	require.NoError(t, poll(testContext(t), func() bool {
-		return e.post(t, http.MethodPost, token, pushBody(t, e.sub.Name(), "m-late", "other", "x")) == http.StatusServiceUnavailable
-	}), "a push after Close is answered 503")
+	closed := e.closing(t)
 	select {
 	case err := <-closed:
 		t.Fatalf("Close returned (%v) while a call ran", err)
