@@ -106,6 +106,13 @@
 //     waits for a round trip per message shows its cost in tests and
 //     benchmarks. Messages in flight together wait together: latency does
 //     not cut throughput to one message per d.
+//   - [WithEmulatorRedelivery] redelivers as Google's emulator does rather
+//     than as the service does: a nacked or expired message of an ordered
+//     key comes again by itself, in the order the nacks arrived, without
+//     its key's tail; and the official client sends a nack request's ack
+//     IDs from a map, so that order is random. A subscriber that keeps a
+//     key's order only because the service resends the tail in order
+//     fails its tests with it.
 //
 // # Faults
 //
@@ -249,8 +256,9 @@
 // filters and Seek, need this fake or the service; CreateWithTopic and
 // Open with parking refuse the others with an error naming the missing
 // call. On Google's emulator a failed key's later messages are not
-// redelivered with it, and push cannot be authenticated
-// (WithUnauthenticatedPush) nor kept in order by key.
+// redelivered with it ([WithEmulatorRedelivery] models that here; the
+// subscriber keeps the key's order all the same), and push cannot be
+// authenticated (WithUnauthenticatedPush) nor kept in order by key.
 //
 // # Cost
 //
