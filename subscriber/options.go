@@ -325,12 +325,18 @@ func WithDedupWindow(n int) Option {
 }
 
 // WithRedeliveryWait bounds how long a key stays held after a failed
-// message was nacked, waiting for that message to come back (S5). While the
-// key is held, its deliveries other than the failed message are nacked
-// without running. The service redelivers a nacked message before any
-// later message of its key, so the hold only has to outlast the deliveries
-// already on their way; the bound matters when the message comes back to
-// another client of the subscription instead. The default is
+// message was nacked, waiting for that message, and every later one the
+// hold sent back, to come back (S5). While the key is held, its other
+// deliveries are nacked without running; those sent back are kept as they
+// come back, and run once all have, in the order this Receive first
+// received them, whatever order the server sends them back in (Google's
+// emulator sends only what was nacked, in the order of the nack request).
+// The service redelivers a nacked message before any later message of its
+// key, so the hold only has to outlast the deliveries already on their
+// way; the bound matters when the messages come back to another client of
+// the subscription instead, or not at all: the key shows as held
+// ([Subscription.HeldKeys], KeyHeld) all the while, and then goes on with
+// what came back, in order (KeyReleased, [ReasonLapsed]). The default is
 // [DefaultRedeliveryWait]; d must be positive.
 func WithRedeliveryWait(d time.Duration) Option {
 	return func(c *config) error {
