@@ -81,7 +81,10 @@ type verdict struct {
 // call runs j through the call path and hands the verdict to d. j.d is
 // complete but for Attempt, which call sets from the attempts window.
 func (r *receiver) call(j *job, d door) {
-	v := verdict{err: ErrHandlerExited} // what runtime.Goexit leaves
+	// What runtime.Goexit leaves: judged as a failed call once the handler
+	// was called; before that (a logger of the user's that exits, while
+	// the checks log), a retry that costs no attempt, never an ack.
+	v := verdict{kind: retrying, err: ErrHandlerExited, delay: r.cfg.minBackoff}
 	var began time.Time
 	var gap *Gap
 	defer func() {
