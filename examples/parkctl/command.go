@@ -83,8 +83,8 @@ func (c *command) names(client *pubsub.Client) (sub, parking, control string) {
 // open connects and opens the subscription with its parking topic, for
 // the command cmd. It returns the exit status, not exitOK, if it cannot.
 func (c *command) open(ctx context.Context, cmd string) (*subscriber.Subscription, func(), int) {
-	if c.f.sub == "" || c.f.parking == "" {
-		return nil, nil, c.usageError("%s: -sub and -parking are required", cmd)
+	if c.f.sub == "" {
+		return nil, nil, c.usageError("%s: -sub is required", cmd)
 	}
 	client, err := c.connect(ctx)
 	if err != nil {
@@ -115,6 +115,12 @@ func (c *command) openSubscription(ctx context.Context, client *pubsub.Client) (
 	}
 	if err != nil {
 		return nil, err
+	}
+	if c.f.parking == "" {
+		if c.f.parking, err = parkingOf(got); err != nil {
+			return nil, err
+		}
+		subName, parking, control = c.names(client)
 	}
 	if err := c.checkParking(ctx, client, got, parking, control); err != nil {
 		return nil, err
@@ -165,4 +171,19 @@ func (c *command) oneArg(cmd, what string, args []string) (string, int) {
 		return "", c.usageError("%s takes one %s, not %d arguments", cmd, what, len(args))
 	}
 	return args[0], exitOK
+}
+
+// parkingOf returns the parking topic sub records in its label
+// (subscriber.LabelParking), which the first process that parks sets: the
+// topic's ID, where it fits the service's rules for label values, or else
+// a hash of its name, which cannot be read back.
+func parkingOf(sub *pubsubpb.Subscription) (string, error) {
+	label, ok := sub.GetLabels()[subscriber.LabelParking]
+	switch {
+	case !ok:
+		return "", fmt.Errorf("subscription %s records no parking topic (label %s): no process has parked to it yet; give -parking", sub.GetName(), subscriber.LabelParking)
+	case strings.HasPrefix(label, "sha256-"):
+		return "", fmt.Errorf("subscription %s records its parking topic as a hash (label %s=%s), since the topic's name does not fit a label; give -parking", sub.GetName(), subscriber.LabelParking, label)
+	}
+	return label, nil
 }

@@ -34,7 +34,7 @@ func (f *flags) define(fs *flag.FlagSet) {
 	fs.StringVar(&f.project, "project", "", "the project (default $GOOGLE_CLOUD_PROJECT; on an emulator, keyorder-test)")
 	fs.DurationVar(&f.reach, "reach", 5*time.Second, "how long the server has to answer the first call before parkctl says it cannot be reached")
 	fs.StringVar(&f.sub, "sub", "", "the subscription whose parked keys to list, release or withdraw")
-	fs.StringVar(&f.parking, "parking", "", "the subscription's parking topic, as its WithParking names it")
+	fs.StringVar(&f.parking, "parking", "", "the subscription's parking topic, as its WithParking names it; by default the one its keyorder-parking label records")
 	fs.BoolVar(&f.json, "json", false, "list: one JSON object a line, for scripts")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Minute, "release: how long to wait for the release")
 	fs.BoolVar(&f.wait, "wait", true, "release: wait until the key is released; with false, return once the request is recorded")

@@ -9,16 +9,17 @@
 // carries out through its handler, in the order the messages were parked,
 // while parkctl waits for the outcome.
 //
-//	parkctl list     -sub SUB -parking TOPIC [-json]
-//	parkctl release  -sub SUB -parking TOPIC [-timeout D] [-wait=false] KEY
-//	parkctl withdraw -sub SUB -parking TOPIC KEY
+//	parkctl list     -sub SUB [-parking TOPIC] [-json]
+//	parkctl release  -sub SUB [-parking TOPIC] [-timeout D] [-wait=false] KEY
+//	parkctl withdraw -sub SUB [-parking TOPIC] KEY
 //	parkctl replay   [-from T | -since D] [-quiet D] TOPIC
 //
 // Flags go before or after the command and its argument; a key that
 // starts with "-" follows "--". Every command also takes -project P and
-// -reach D. SUB and TOPIC are IDs or full names; -parking names the topic
-// the service parks to, as its WithParking does (the subscription does
-// not record it yet, so parkctl cannot find it alone). parkctl connects to
+// -reach D. SUB and TOPIC are IDs or full names; -parking, which may be
+// left out when the subscription's keyorder-parking label records it by
+// its ID (the first process that parks sets it), names the topic
+// the service parks to, as its WithParking does. parkctl connects to
 // the emulator PUBSUB_EMULATOR_HOST names (project keyorder-test unless
 // -project or GOOGLE_CLOUD_PROJECT says otherwise), or else to Google
 // Cloud, with the application default credentials, in the project
@@ -118,9 +119,9 @@ const (
 
 // usage is the synopsis printed with a usage error.
 const usage = `usage:
-  parkctl list     -sub SUB -parking TOPIC [-json]
-  parkctl release  -sub SUB -parking TOPIC [-timeout D] [-wait=false] KEY
-  parkctl withdraw -sub SUB -parking TOPIC KEY
+  parkctl list     -sub SUB [-parking TOPIC] [-json]
+  parkctl release  -sub SUB [-parking TOPIC] [-timeout D] [-wait=false] KEY
+  parkctl withdraw -sub SUB [-parking TOPIC] KEY
   parkctl replay   [-from T | -since D] [-quiet D] TOPIC
 every command also takes -project P (default $GOOGLE_CLOUD_PROJECT) and -reach D (default 5s)
 `

@@ -259,7 +259,7 @@ func TestParkctlRefuses(t *testing.T) {
 	}{
 		{"no command", nil, exitUsage, "usage:"},
 		{"an unknown command", []string{"park"}, exitUsage, `unknown command "park"`},
-		{"list without -sub", []string{"-parking", "ledger-parked", "list"}, exitUsage, "-sub and -parking are required"},
+		{"list without -sub", []string{"-parking", "ledger-parked", "list"}, exitUsage, "-sub is required"},
 		{"release without a key", []string{"-sub", "ledger-balances", "-parking", "ledger-parked", "release"}, exitUsage, "release takes one key"},
 		{"a parking topic that is not there", []string{"-sub", "ledger-balances", "-parking", "ledger-parkd", "list"}, exitFail, "no parking topic projects/keyorder-test/topics/ledger-parkd"},
 		{"a subscription that is not there", []string{"-sub", "ledger-balance", "-parking", "ledger-parked", "list"}, exitFail, "no subscription projects/keyorder-test/subscriptions/ledger-balance: check -sub"},
@@ -288,4 +288,21 @@ func TestParkctlRefuses(t *testing.T) {
 			assert.Contains(t, errOut, tc.want)
 		})
 	}
+}
+
+// TestParkctlFindsTheParkingTopic: without -parking, parkctl takes the
+// parking topic the subscription's label records; a subscription no
+// process has parked to records none, and parkctl says to give -parking.
+func TestParkctlFindsTheParkingTopic(t *testing.T) {
+	_, client, _, ctx := service(t)
+	code, out, errOut := parkctl(ctx, "list", "-sub", "ledger-balances")
+	assert.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out+errOut, "no key of projects/keyorder-test/subscriptions/ledger-balances is parked")
+
+	_, err := subscriber.CreateWithTopic(ctx, client, "ledger", "ledger-plain")
+	require.NoError(t, err)
+	code, _, errOut = parkctl(ctx, "list", "-sub", "ledger-plain")
+	assert.Equal(t, exitFail, code)
+	assert.Contains(t, errOut, "records no parking topic")
+	assert.Contains(t, errOut, "give -parking")
 }
