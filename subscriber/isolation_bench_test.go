@@ -131,7 +131,7 @@ func BenchmarkIsolation(b *testing.B) {
 		// The poison key parks instead of being held (WithParking); a
 		// slow key is not parked, but every key newly seen waits for the
 		// barrier of parking's control log.
-		{"keyorder+parking", keyorder([]subscriber.Option{subscriber.WithParking("isolation-parked")})},
+		{"keyorder+parking", keyorder([]subscriber.Option{subscriber.WithParking("isolation-parked"), subscriber.WithParkingWait(10 * time.Millisecond)})},
 	}
 
 	// goodTime receives sub until its goodCount good messages are
