@@ -206,7 +206,7 @@ func (r *receiver) conclude(j *job, v verdict) {
 		if k == parkKey {
 			r.tries.succeed(id) // a release gives it its attempts afresh
 		}
-		r.obs.failedForGood(j, v.deadLettered)
+		r.obs.messageFailed(j, v.deadLettered)
 	}
 }
 

@@ -171,11 +171,11 @@ func (o *recorder) settled(j *job, out outcome, deadLettered bool) {
 	o.deliveries.Add(context.Background(), 1, opts...)
 }
 
-// failedForGood logs that j's message failed for good, with its last
+// messageFailed logs that j's message failed for good, with its last
 // error, whatever the door and the failure policy: deadLettered is set
 // when it is nacked on its last delivery, which the service forwards to
 // the dead-letter topic.
-func (o *recorder) failedForGood(j *job, deadLettered bool) {
+func (o *recorder) messageFailed(j *job, deadLettered bool) {
 	o.log.LogAttrs(j.ctxOr(), slog.LevelWarn, "keyorder/subscriber: message failed for good", logFailure(j, deadLettered)...)
 }
 
