@@ -344,18 +344,21 @@ func TestHeldKeysAndEvents(t *testing.T) {
 // TestOrderSurvivesEmulatorRedelivery: on a server that redelivers only
 // what was nacked, in the order of the nack request, as Google's emulator
 // does, a key whose message fails for good still runs every message in
-// order: the hold waits for every message it sent back, and runs them in
-// the order this Receive first received them.
+// order: the hold waits for the failed message and the tail it sent back,
+// and runs them in the order this Receive first received them. The
+// failing message fails twice, a backoff apart, so that the key's whole
+// backlog is here, its tail, when it fails for good.
 func TestOrderSurvivesEmulatorRedelivery(t *testing.T) {
 	t.Parallel()
 	keys := keyNames(4)
 	const perKey = 40
 	tr := newTracker(keys, perKey)
-	var failed atomic.Bool
-	e := newFakeEnv(t, []orderingtest.Option{orderingtest.WithEmulatorRedelivery()}, subscriber.WithMaxAttempts(1), fast)
+	var failures atomic.Int32
+	e := newFakeEnv(t, []orderingtest.Option{orderingtest.WithEmulatorRedelivery()}, subscriber.WithMaxAttempts(2),
+		subscriber.WithBackoff(200*time.Millisecond, 200*time.Millisecond))
 	e.publish(t, keys, perKey)
 	stop := start(t, e.sub, tr.handler(func(_ context.Context, d *subscriber.Delivery) error {
-		if string(d.Data) == "key-2/3" && failed.CompareAndSwap(false, true) {
+		if string(d.Data) == "key-2/3" && failures.Add(1) <= 2 {
 			return errInjected
 		}
 		return nil
@@ -367,9 +370,9 @@ func TestOrderSurvivesEmulatorRedelivery(t *testing.T) {
 	}
 	stop()
 	tr.verify(t)
-	assert.True(t, failed.Load())
 	st := e.sub.Stats()
-	assert.Positive(t, st.NackedTail+st.NackedHeld, "the key's later messages were sent back, and came back in the nack request's order")
+	assert.EqualValues(t, 1, st.Failed, "key-2/3 failed for good")
+	assert.Positive(t, st.NackedTail, "its tail was sent back, and came back in the nack request's order")
 }
 
 // TestGoogleEmulatorKeepsOrder: on Google's emulator itself, a key whose

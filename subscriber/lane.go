@@ -112,7 +112,7 @@ type trouble struct {
 }
 
 // A comeback is the way back of a held key's messages: the failed one and
-// those the hold sent back after it, in the order this process first
+// the tail the hold sent back after it, in the order this process first
 // received them, and those it kept in between. The hold's wait lasts until
 // every one sent back has come back, so that they run in that order
 // whatever order the server sends them back in: the service sends a key's

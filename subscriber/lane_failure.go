@@ -101,10 +101,18 @@ func (l *lane) nackTail(fx *effects, way *comeback) {
 
 // returning is accept's part while the key is held: j is a delivery of a
 // message the hold sent back, which takes its place on the way back, or
-// one joining it there; or a later message, kept in the order if it is on
-// its last delivery before dead-lettering and otherwise nacked, its place
-// kept too (S5). Once every message sent back has come back, the hold's
-// wait is over. The shard's mutex must be held.
+// one joining it there; or a later message, kept behind them if it is on
+// its last delivery before dead-lettering, and otherwise nacked (S5).
+// Once every message the hold sent back has come back, the hold's wait is
+// over.
+//
+// A later message nacked here gets no place on the way back: the order in
+// which such deliveries arrive need not be the key's when the server has
+// several passes of the key's messages in flight (a room nack's, then the
+// hold's), and placing them by arrival could run a later message first.
+// The service sends them again after the failed message and its tail, in
+// order; Google's emulator sends them in the nack request's order, which
+// this cannot mend (DESIGN.md, Lanes). The shard's mutex must be held.
 func (l *lane) returning(j *job) outcome {
 	way := l.trouble.way
 	switch out := way.back(j); {
@@ -117,7 +125,6 @@ func (l *lane) returning(j *job) outcome {
 		way.keep(j)
 		return outQueued
 	default:
-		way.send(j.d.ID)
 		return outHeld
 	}
 }

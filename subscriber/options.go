@@ -325,8 +325,8 @@ func WithDedupWindow(n int) Option {
 }
 
 // WithRedeliveryWait bounds how long a key stays held after a failed
-// message was nacked, waiting for that message, and every later one the
-// hold sent back, to come back (S5). While the key is held, its other
+// message was nacked, waiting for that message, and the tail the hold
+// sent back with it, to come back (S5). While the key is held, its other
 // deliveries are nacked without running; those sent back are kept as they
 // come back, and run once all have, in the order this Receive first
 // received them, whatever order the server sends them back in (Google's
