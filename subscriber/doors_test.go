@@ -2,8 +2,6 @@ package subscriber_test
 
 import (
 	"context"
-	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -175,12 +173,7 @@ func TestPushParkingWinsOverDeadLettering(t *testing.T) {
 // than being taken for a copy and answered 204 unrun.
 func TestUnwrappedPushRedriven(t *testing.T) {
 	t.Parallel()
-	srv, client := harness.Fake(t)
-	mux := http.NewServeMux()
-	web := httptest.NewServer(mux)
-	t.Cleanup(web.Close)
-	validator, err := srv.TokenValidator(testContext(t))
-	require.NoError(t, err)
+	srv, client, web, mux, validator := pushServers(t)
 	topic, subID := names()
 	createDirectly(t, client, &pubsubpb.Subscription{
 		Name: path(client, "subscriptions", subID), Topic: path(client, "topics", topic), EnableMessageOrdering: true,

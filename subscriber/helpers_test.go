@@ -27,6 +27,7 @@ import (
 	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/subscriber"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/api/idtoken"
 	"google.golang.org/api/iterator"
 )
 
@@ -418,8 +419,10 @@ func newPushEnv(t *testing.T, h subscriber.Handler, sopts ...subscriber.Option) 
 	return e
 }
 
-// newPushSub makes a pushEnv whose endpoint is not mounted yet.
-func newPushSub(t *testing.T, sopts ...subscriber.Option) pushEnv {
+// pushServers starts, for the length of the test, the fake and an
+// httptest server whose mux is to serve the push endpoint, and returns
+// the fake's token validator.
+func pushServers(t *testing.T) (*orderingtest.Server, *pubsub.Client, *httptest.Server, *http.ServeMux, *idtoken.Validator) {
 	t.Helper()
 	srv, client := harness.Fake(t)
 	mux := http.NewServeMux()
@@ -427,6 +430,13 @@ func newPushSub(t *testing.T, sopts ...subscriber.Option) pushEnv {
 	t.Cleanup(web.Close)
 	validator, err := srv.TokenValidator(testContext(t))
 	require.NoError(t, err)
+	return srv, client, web, mux, validator
+}
+
+// newPushSub makes a pushEnv whose endpoint is not mounted yet.
+func newPushSub(t *testing.T, sopts ...subscriber.Option) pushEnv {
+	t.Helper()
+	srv, client, web, mux, validator := pushServers(t)
 	topic, subID := names()
 	endpoint := web.URL + "/push"
 	opts := append([]subscriber.Option{

@@ -110,12 +110,19 @@ func Open(ctx context.Context) (c *pubsub.Client, where string, closeAll func(),
 	if err != nil {
 		return nil, "", nil, err
 	}
-	c, err = ConnectProject(ctx, srv.Addr, ExampleProject())
+	return connectEmbedded(ctx, srv.Addr, "embedded pstest", srv.Close)
+}
+
+// connectEmbedded connects to an embedded server at addr, described as
+// what, that closeServer stops; the server is stopped if the connection
+// fails, and with the client by the returned closeAll.
+func connectEmbedded(ctx context.Context, addr, what string, closeServer func() error) (*pubsub.Client, string, func(), error) {
+	c, err := ConnectProject(ctx, addr, ExampleProject())
 	if err != nil {
-		_ = srv.Close()
+		_ = closeServer()
 		return nil, "", nil, err
 	}
-	return c, "embedded pstest at " + srv.Addr, func() { _ = c.Close(); _ = srv.Close() }, nil
+	return c, what + " at " + addr, func() { _ = c.Close(); _ = closeServer() }, nil
 }
 
 // OpenFake is Open with an embedded ordering/orderingtest server instead
@@ -129,12 +136,7 @@ func OpenFake(ctx context.Context) (c *pubsub.Client, where string, closeAll fun
 	if err != nil {
 		return nil, "", nil, err
 	}
-	c, err = ConnectProject(ctx, srv.Addr, ExampleProject())
-	if err != nil {
-		_ = srv.Close()
-		return nil, "", nil, err
-	}
-	return c, "embedded ordering-faithful fake at " + srv.Addr, func() { _ = c.Close(); _ = srv.Close() }, nil
+	return connectEmbedded(ctx, srv.Addr, "embedded ordering-faithful fake", srv.Close)
 }
 
 // EmbeddedOnly returns an error that says why the example what runs on
