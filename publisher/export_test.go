@@ -51,3 +51,12 @@ func KeptCounters(p *Publisher) int {
 func SetRateCheck(p *Publisher, window time.Duration, limit int64, clock func() time.Duration) {
 	p.rec.window, p.rec.limit, p.rec.clock = window, limit, clock
 }
+
+// OfficialReady returns the Ready channel of the official result behind
+// r, a Result of a key's message in flight, without settling r: a test can
+// wait for the service's answer without looking at r.
+func OfficialReady(r *Result) <-chan struct{} {
+	r.gate.mu.Lock()
+	defer r.gate.mu.Unlock()
+	return r.under.Ready()
+}

@@ -29,18 +29,55 @@ type shard struct {
 	seq  uint64               // Publish calls of its keys so far, for Result.seq; guarded by mu
 	// counters keeps the counters of idle keys (stamp.go); guarded by mu.
 	counters counters
+	// lists are the lazy gates for tick to look at, two generations:
+	// lists[young] made since the last tick, the other before; guarded
+	// by mu, as is ticking, set while tick is due.
+	lists   [2]gateList
+	young   uint8
+	ticking bool
+	tick    *time.Timer
 }
 
 // keyState is the gate of one key with messages outstanding. It exists
-// exactly while inflight is not empty, and one watch goroutine owns it for
-// that time: when inflight drains, the watcher deletes it (P7).
+// while inflight is not empty, and is deleted, with the shard's mutex and
+// its own held, by whoever settles its last message (P7).
 //
-// Every field is guarded by mu, except first, which only backs inflight.
-// A Publish call takes mu before it lets go of the shard's mutex, and the
-// watcher deletes the gate with both held, so no message is ever added to
-// a gate that is gone.
+// The official client tells that a message is done only by closing a
+// channel, so someone must wait on it. A gate is watched (a goroutine of
+// its own waits for its results, see watch) when that is the only way to
+// keep a promise: with flow control, whose room must come back as each
+// message is done (P8); when the duration metric is on, which times the
+// service's answer, not the caller's look; once a message has failed
+// (P4, P5); and when someone asks for a Result's Ready channel, or Flush
+// or Close waits. Otherwise the gate is lazy: its done messages are
+// settled by whoever looks next (Result.Get, which waits on the official
+// result itself; the key's next Publish), and by its shard's timer, in
+// case no one does (see tick). A burst then parks no goroutine per key, which the
+// garbage collector would scan (see FIGURES.md, the publisher's profile).
+//
+// Every field is guarded by mu, except first, which only backs inflight,
+// and p, sh and key, set once. A Publish call takes mu before it lets go
+// of the shard's mutex, and the gate is deleted with both held, so no
+// message is ever added to a gate that is gone.
 type keyState struct {
 	mu sync.Mutex
+	// watched is set once a watch goroutine owns the gate: from then on
+	// only it settles the gate's messages, until it deletes the gate.
+	watched bool
+	// gone is set when the gate is deleted: a Result or a timer that
+	// still points to it then finds nothing to do.
+	gone bool
+	// published is set by each Publish call on a lazy gate, and cleared
+	// by its shard's look (see tick).
+	published bool
+	// prev, next and gen place a lazy gate in its shard's lists of gates
+	// to look at (lazy.go), while listed; guarded by the shard's mutex.
+	prev, next *keyState
+	gen        uint8
+	listed     bool
+	p          *Publisher
+	sh         *shard
+	key        string
 	// inflight are the key's messages in the official client's hands,
 	// in Publish order, which is the order the official client took them
 	// in: it is called with mu held. Their results become ready in that
@@ -96,15 +133,7 @@ func (p *Publisher) enqueue(ctx context.Context, r *Result) {
 	sh.mu.Lock()
 	ks, ok := sh.keys[key]
 	if !ok {
-		ks = &keyState{}
-		if p.stamps != nil {
-			ks.counter = sh.counters.take(key, p.stamps)
-		}
-		ks.inflight = ks.first[:0]
-		sh.keys[key] = ks
-		sh.peak = max(sh.peak, len(sh.keys))
-		p.watchers.Add(1)
-		go p.watch(sh, key, ks)
+		ks = p.newGate(ctx, sh, key)
 	}
 	if r.seq == 0 {
 		// A retried message keeps the place of its first Publish call.
@@ -114,6 +143,10 @@ func (p *Publisher) enqueue(ctx context.Context, r *Result) {
 	ks.mu.Lock()
 	sh.mu.Unlock()
 	defer ks.mu.Unlock()
+	r.gate = ks
+	if !ks.watched {
+		p.lookLazily(ks, r.start)
+	}
 	p.rec.account(key, &ks.rate, r)
 	if p.stamps != nil {
 		p.stamp(ks, r)
@@ -240,6 +273,10 @@ func (p *Publisher) deleteGate(sh *shard, key string, ks *keyState) {
 		sh.counters.keep(key, ks.counter, p.counterWindow)
 	}
 	delete(sh.keys, key)
+	ks.gone = true
+	if ks.listed {
+		sh.lists[ks.gen].remove(ks)
+	}
 	if len(sh.keys) == 0 && sh.peak > shrinkAt {
 		sh.keys, sh.peak = make(map[string]*keyState), 0
 	}

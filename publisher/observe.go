@@ -198,6 +198,11 @@ func (p *Publisher) refuse(r *Result, err error) *Result {
 	return r.fail(err)
 }
 
+// timed reports whether the duration metric records anything: its time
+// is the service's answer only if a watch goroutine waits for it (see
+// keyState).
+func (o *recorder) timed(ctx context.Context) bool { return o.duration.Enabled(ctx) }
+
 // counted counts a message's outcome, without its time.
 func (o *recorder) counted(out outcome) {
 	o.messages.Add(context.Background(), 1, o.countAs[out]...)

@@ -257,6 +257,19 @@ func (p *Publisher) pending() []*Result {
 	return rs
 }
 
+// watchAll makes every lazy gate watched, for shutdown to wait for. No
+// gate is made once closed is set, which it is by then.
+func (p *Publisher) watchAll() {
+	for i := range p.shards {
+		sh := &p.shards[i]
+		sh.mu.Lock()
+		for _, ks := range sh.keys {
+			ks.watchNow()
+		}
+		sh.mu.Unlock()
+	}
+}
+
 // Close stops the publisher: later Publish calls fail with [ErrClosed].
 // It sends what is buffered and returns once every Result is ready and
 // every goroutine the publisher started has exited.
@@ -286,7 +299,9 @@ func (p *Publisher) Close(ctx context.Context) error {
 func (p *Publisher) shutdown() {
 	defer close(p.done)
 	p.pub.Flush()
+	p.watchAll()
 	p.watchers.Wait()
+	p.stopTicks()
 	p.pub.Stop()
 	p.rec.close()
 }

@@ -69,7 +69,11 @@ type Result struct {
 	// start is when Publish (or Retry) was called, by recorder.now:
 	// for keyorder.publisher.publish.duration and the rate check.
 	start time.Duration
-	_     [8]byte // to 192 bytes, which keeps the first line whole
+	// gate is the key's gate the message was enqueued on, set by enqueue
+	// before Publish returns and never changed; nil for an unordered or a
+	// refused message. Get waits through it (keyState.await), and Ready
+	// makes it watched. Once the gate is deleted it holds nothing else.
+	gate *keyState
 }
 
 // Result states.
@@ -141,6 +145,10 @@ func (r *Result) Ready() <-chan struct{} {
 	case direct:
 		return r.under.Ready()
 	}
+	if r.gate != nil {
+		// Only a watcher closes ch.
+		r.gate.watchNow()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.ch == nil {
@@ -161,10 +169,8 @@ func (r *Result) Ready() <-chan struct{} {
 // ctx.Err() if ctx ends first (the publish itself goes on).
 func (r *Result) Get(ctx context.Context) (id string, err error) {
 	if !r.isReady() {
-		select {
-		case <-r.Ready():
-		case <-ctx.Done():
-			return "", ctx.Err()
+		if err := r.wait(ctx); err != nil {
+			return "", err
 		}
 	}
 	switch r.state.Load() {
@@ -179,6 +185,22 @@ func (r *Result) Get(ctx context.Context) (id string, err error) {
 		return id, nil
 	}
 	return "", r.err
+}
+
+// wait waits until r is ready or ctx ends: through its lazy gate if it can
+// (keyState.await), or else on its Ready channel.
+func (r *Result) wait(ctx context.Context) error {
+	if r.gate != nil {
+		if ok, err := r.gate.await(ctx, r); ok || err != nil {
+			return err
+		}
+	}
+	select {
+	case <-r.Ready():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // letGo records that the official client is done with the failed message
