@@ -77,26 +77,37 @@
 //
 // A key with nothing outstanding leaves no state behind (P7), but for its
 // stamp counter, kept among the 16,384 most recently idle (about 100 bytes
-// each). A key with messages in flight costs a gate of 184 bytes and one
-// goroutine, which
-// waits for the official client's results of that key in order and wakes
-// once per batch. Each message costs a [Result] of 192 bytes, which lets go
-// of the message's data once it is published. Publish adds about 0.4 µs of
-// CPU per call to the official client's own Publish, and the key's
-// goroutine about 0.25 µs per message to settle its Result. With the
-// garbage, the parked goroutines' stacks that it scans, and the smaller
-// batches that a slower Publish loop leads to, keyorder spends 10 to 15%
-// more CPU per message than the official client alone (FIGURES.md,
-// Performance). A stamp adds one attribute, which costs the official
-// client about 17 allocations and 610 bytes per message, in protobuf's
-// reflective encoding of the attribute map, and 17 to 33% of its CPU per
-// message; keyorder's own part of it is half an allocation.
+// each). A key with messages in flight costs a gate of 248 bytes, and each
+// message a [Result] of 192 bytes, which lets go of the message's data
+// once it is published.
 //
 // The official client offers no callback when a result is ready, only a
-// channel to wait on, so some goroutine must wait for each key's batches:
-// one per key, waking once per batch, costs less than one per shard
-// waiting on many channels at once (reflect.Select costs about 150 ns per
-// channel per wake).
+// channel per message to wait on, so someone must wait. Where a caller
+// waits with [Result.Get], it waits on the official result itself, on the
+// caller's goroutine, and settles every done message of the key; the
+// key's next Publish settles what is done too, and a timer per shard,
+// every 0.1 s, settles the keys no one looks at, so that their gates go
+// within about 0.2 s of their last answer. A key gets a goroutine of its
+// own, waking once per batch, only when that is the only way to keep a
+// promise: under flow control, whose room comes back as each message is
+// done (P8); with the duration metric on, which times the service's
+// answer rather than the caller's look; once a message of the key has
+// failed (P4, P5); when [Result.Ready] is asked for a pending result;
+// during Flush and Close; and for a key gone quiet with messages still in
+// flight. A goroutine per key in flight, parked, costs the garbage
+// collector a stack scan each cycle, about a third of keyorder's own work
+// per message before it was avoided.
+//
+// Publish adds about 0.4 to 0.5 µs of CPU per call to the official
+// client's own Publish, and settling a Result about 0.25 µs more. In
+// batches of 10, keyorder spends 4 to 6% more CPU per message than the
+// official client alone, 8% more stamped than the official client
+// carrying the same stamp; in bursts, where a slower Publish loop means
+// smaller batches, about 15% (FIGURES.md, Performance). A stamp adds one
+// attribute, which costs the official client about 17 allocations and 610
+// bytes per message, in protobuf's reflective encoding of the attribute
+// map, and 16 to 33% of its CPU per message; keyorder's own part of it is
+// half an allocation.
 //
 // # Observability
 //
@@ -118,6 +129,8 @@
 //     Retry is counted once, before it is ready; an unordered message,
 //     whose Result is the official client's own, once the publisher's
 //     watch sees it done, and at the latest when Flush or Close returns.
+//     Without the duration metric, a key's message is counted when it is
+//     settled (see Cost): when a caller looks, or within about 0.2 s.
 //   - keyorder.publisher.publish.duration, a histogram in s, by
 //     keyorder.outcome: from the Publish (or Retry) call to the Result,
 //     for each message of a key handed to the official client (not for

@@ -86,10 +86,10 @@ func (p *Publisher) list(sh *shard, ks *keyState) {
 // tick is a shard's timer, every quietAfter while it has lazy gates: it
 // looks at the gates listed before the last tick. One timer per shard,
 // not per gate, so that a burst's keys, going quiet together, start no
-// goroutine each. A gate whose key was published since the last look is
-// listed again: its Publish calls settle what is done (lookLazily). Any
-// other has gone quiet, and no Publish call will settle the rest: tick
-// settles what is done and, if messages are still in flight, makes the
+// goroutine each. It settles what is done in each (look). A gate whose
+// key was published since the last look is listed again, to be looked at
+// at the next tick but one. Any other has gone quiet, and no Publish call
+// will settle the rest: if messages are still in flight, tick makes the
 // gate watched.
 func (p *Publisher) tick(sh *shard) {
 	sh.mu.Lock()
@@ -106,14 +106,21 @@ func (p *Publisher) tick(sh *shard) {
 	}
 }
 
-// look is tick's look at the lazy gate ks, taken off its list.
+// look is tick's look at the lazy gate ks, taken off its list: it settles
+// what is done, deleting the gate if that leaves the key idle (drain).
 func (p *Publisher) look(sh *shard, ks *keyState) {
 	ks.mu.Lock()
 	if ks.watched || ks.gone {
 		ks.mu.Unlock()
 		return
 	}
-	if ks.published {
+	if p.drain(ks) {
+		return
+	}
+	switch {
+	case ks.watched || ks.gone:
+		ks.mu.Unlock()
+	case ks.published:
 		ks.published = false
 		ks.mu.Unlock()
 		sh.mu.Lock()
@@ -121,15 +128,10 @@ func (p *Publisher) look(sh *shard, ks *keyState) {
 			p.list(sh, ks)
 		}
 		sh.mu.Unlock()
-		return
-	}
-	if p.drain(ks) {
-		return
-	}
-	if !ks.watched && !ks.gone {
+	default:
 		p.watchGate(ks)
+		ks.mu.Unlock()
 	}
-	ks.mu.Unlock()
 }
 
 // A gateList is a doubly linked list of lazy gates, through their prev and

@@ -138,6 +138,10 @@ func (r *Result) isReady() bool {
 
 // Ready returns a channel that is closed when the result is ready. After
 // that, Get does not block.
+//
+// Only a goroutine of the publisher's closes the channel: asking for it
+// while the result is pending starts one for the key, where Get waits on
+// the caller's own goroutine (see the package documentation, Cost).
 func (r *Result) Ready() <-chan struct{} {
 	switch r.state.Load() {
 	case published, failed:
