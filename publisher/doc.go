@@ -98,16 +98,16 @@
 // collector a stack scan each cycle, about a third of keyorder's own work
 // per message before it was avoided.
 //
-// Publish adds about 0.4 to 0.5 µs of CPU per call to the official
-// client's own Publish, and settling a Result about 0.25 µs more. In
-// batches of 10, keyorder spends 4 to 6% more CPU per message than the
-// official client alone, 8% more stamped than the official client
-// carrying the same stamp; in bursts, where a slower Publish loop means
-// smaller batches, about 15% (FIGURES.md, Performance). A stamp adds one
-// attribute, which costs the official client about 17 allocations and 610
-// bytes per message, in protobuf's reflective encoding of the attribute
-// map, and 16 to 33% of its CPU per message; keyorder's own part of it is
-// half an allocation.
+// Publish adds about 0.5 µs of CPU per call to the official client's own
+// Publish, and settling a Result about 0.25 µs more. In batches of 10,
+// keyorder spends about 5% more CPU per message than the official client
+// alone, 7% more stamped than the official client carrying the same
+// stamp; in bursts, where a slower Publish loop means smaller batches, 16
+// to 19% (FIGURES.md, Performance). A stamp adds one attribute, which
+// costs the official client about 17 allocations and 610 bytes per
+// message, in protobuf's reflective encoding of the attribute map, and 17
+// to 30% of its CPU per message; keyorder's own part of it is half an
+// allocation.
 //
 // # Observability
 //
