@@ -1,0 +1,108 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/keyorder/keyorder/publisher"
+)
+
+// A Relay publishes an [Outbox]'s events through a [publisher.Publisher],
+// key by key in commit order, and deletes each event once the service has
+// taken it. Any number of relays, in any number of processes, may run on
+// one outbox: they split its shards through leases in the database (see
+// the package documentation, Relays).
+type Relay struct {
+	o       *Outbox
+	pub     *publisher.Publisher
+	cfg     relayConfig
+	id      string // this relay's owner name in the leases table
+	rec     *recorder
+	running atomic.Bool // set while Run runs
+}
+
+// NewRelay returns a relay of o that publishes through pub, which must be
+// made [publisher.WithoutStamps]: the relay stamps each event itself,
+// {[Outbox.Producer], [ordering.MakeSeq](0, n)}, so that every send of an
+// event, by any relay, carries the same stamp and a re-send is a copy that
+// subscribers ack unrun (S12). It returns [ErrStamped] for a stamping
+// publisher, and an error matching [ErrInvalidConfig] for a nil argument
+// or a bad option. The caller keeps ownership of pub, and closes it after
+// Run has returned.
+func NewRelay(o *Outbox, pub *publisher.Publisher, opts ...RelayOption) (*Relay, error) {
+	if o == nil || pub == nil {
+		return nil, fmt.Errorf("%w: NewRelay needs an Outbox and a Publisher", ErrInvalidConfig)
+	}
+	if pub.Producer() != "" {
+		return nil, ErrStamped
+	}
+	cfg := defaultRelayConfig()
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: option %d is nil", ErrInvalidConfig, i)
+		}
+		if err := opt(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	return &Relay{o: o, pub: pub, cfg: cfg, id: "relay#" + newProducer()[len("outbox#"):], rec: newRecorder(&cfg, o.producer)}, nil
+}
+
+// ID returns the name the relay holds its leases under.
+func (r *Relay) ID() string { return r.id }
+
+// Stats returns what the relay did so far.
+func (r *Relay) Stats() Stats { return r.rec.stats() }
+
+// Run publishes the outbox's events of the shards the relay holds until
+// ctx ends, and returns nil then, or [ErrRunning] if another Run of r is
+// under way.
+//
+// Each round reads up to [WithBatchSize] pending events of its shards,
+// the oldest numbers of each key first, and publishes each key's run of
+// events, in number order, with [publisher.WithOrderingKey]; one run per
+// key is in flight at a time, and many keys at once. When a run's results
+// are in, it deletes the events the service took: a prefix of the run,
+// since a failure fails the key's tail with it (P4). What failed stays
+// and is sent again, after a backoff of the key's, from its first failed
+// number: never a later number before an earlier one, and never a number
+// skipped.
+//
+// Database errors are logged and tried again on the next round. Once ctx
+// ends, Run publishes nothing new, waits up to [WithDrainTimeout] for the
+// results in flight and deletes what they took, gives up its leases so
+// that another relay takes its shards at once, and returns after every
+// goroutine it started has exited.
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer r.running.Store(false)
+	ru := newRun(r)
+	defer ru.wg.Wait()
+	defer ru.stopWaiting()
+	ru.leaseRound(ctx)
+	leaseTick := time.NewTicker(r.cfg.lease / 3)
+	defer leaseTick.Stop()
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			ru.drain()
+			return nil
+		case b := <-ru.done:
+			ru.settle(ctx, ru.collect(b))
+			if ru.room() {
+				ru.read(ctx)
+			}
+		case <-poll.C:
+			ru.read(ctx)
+			poll.Reset(r.cfg.poll)
+		case <-leaseTick.C:
+			ru.leaseRound(ctx)
+		}
+	}
+}
