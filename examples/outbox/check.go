@@ -11,7 +11,7 @@ import (
 
 // report is what the databases hold at the end.
 type report struct {
-	versions map[string]int64   // the writers' last version per account
+	versions map[string]int64    // the writers' last version per account
 	balances map[string][2]int64 // per account: the writers' balance, the receivers'
 	journal  map[string][]int64  // per account: the versions applied, in the order applied
 	applied  int
