@@ -73,32 +73,41 @@ type row struct {
 	sent    int
 }
 
-// read reads the next events of the run's shards and publishes them.
+// read reads the next events of the run's shards and publishes them,
+// batch after batch while there is room and a full batch came back.
 func (ru *run) read(ctx context.Context) {
+	for ru.readOnce(ctx) && ru.cursor != "" {
+	}
+}
+
+// readOnce reads one batch of events and publishes them. It reports
+// whether it published anything.
+func (ru *run) readOnce(ctx context.Context) bool {
 	if len(ru.owned) == 0 || !ru.room() || time.Now().After(ru.validUntil) {
-		return
+		return false
 	}
 	rows, err := ru.query(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			ru.r.rec.dbFailed("read events", err)
 		}
-		return
+		return false
 	}
 	groups := ru.group(rows)
 	if len(groups) == 0 {
-		return
+		return false
 	}
 	groups, err = ru.mark(ctx, groups)
 	if err != nil {
 		if ctx.Err() == nil {
 			ru.r.rec.dbFailed("mark events sent", err)
 		}
-		return
+		return false
 	}
 	for _, g := range groups {
 		ru.publish(ctx, g)
 	}
+	return len(groups) > 0
 }
 
 // query reads up to a batch of pending events after the cursor, in key
@@ -231,9 +240,10 @@ func (ru *run) wait(b *batch) {
 	}
 }
 
-// collect returns b and every other batch whose waiter is done now.
-func (ru *run) collect(b *batch) []*batch {
-	out := []*batch{b}
+// collect appends b, and every other batch whose waiter is done now, to
+// out.
+func (ru *run) collect(out []*batch, b *batch) []*batch {
+	out = append(out, b)
 	for {
 		select {
 		case b := <-ru.done:
@@ -308,7 +318,7 @@ func (ru *run) drain() {
 	for len(ru.inflight) > 0 {
 		select {
 		case b := <-ru.done:
-			ru.settle(ctx, ru.collect(b))
+			ru.settle(ctx, ru.collect(nil, b))
 		case <-ctx.Done():
 			ru.giveUp()
 			return
