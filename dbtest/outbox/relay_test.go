@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"log/slog"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -100,5 +101,42 @@ func TestPublishFaults(t *testing.T) {
 		out := logs.String()
 		assert.Contains(t, out, `"msg":"keyorder/outbox: key failed","producer":"`+ob.Producer()+`","key":"key-0","seq":1`)
 		assert.Contains(t, out, `"msg":"keyorder/outbox: key recovered","producer":"`+ob.Producer()+`","key":"key-0","failures":3`)
+	})
+}
+
+// TestRelayStoppedAndRestarted stops a relay at random points while
+// writers commit, and runs it again each time, three times; a second Run
+// while one runs is refused. Every event is on the topic once as a first
+// copy, in commit order per key.
+func TestRelayStoppedAndRestarted(t *testing.T) {
+	t.Parallel()
+	eachDB(t, func(t *testing.T, k dbKind) {
+		t.Parallel()
+		ctx := harness.Context(t, testTimeout)
+		db := k.open(t)
+		ob, err := outbox.New(ctx, db, k.dialect)
+		require.NoError(t, err)
+		e := newEnv(t, orderingtest.WithLatency(2*time.Millisecond))
+		stop := make(chan struct{})
+		written := writers(t, ctx, db, ob, 10, stop)
+		r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLogger(quiet), outbox.WithBatchSize(10))
+		require.NoError(t, err)
+		for i := range 3 {
+			stopRun := runRelay(t, r)
+			at := r.Stats().Published + 20 + rand.Int64N(50)
+			waitFor(t, e, "the relay to publish", func() bool { return r.Stats().Published >= at })
+			if i == 0 {
+				assert.ErrorIs(t, r.Run(ctx), outbox.ErrRunning)
+			}
+			stopRun()
+		}
+		close(stop)
+		want := written()
+		runRelay(t, r)
+		waitFor(t, e, "the outbox to empty", func() bool { return pending(t, db) == 0 })
+		v := e.view(t, ob.Producer())
+		assert.Empty(t, v.disorder)
+		assert.Equal(t, want, v.firsts)
+		assert.LessOrEqual(t, v.copies, int(r.Stats().Resent))
 	})
 }
