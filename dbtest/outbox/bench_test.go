@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"testing"
@@ -102,4 +103,45 @@ func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// BenchmarkAdd measures a writer's cost of the outbox: a transaction that
+// adds one event with Add, beside one that inserts the same bytes into a
+// table of its own, as a service that publishes after its commit would
+// record its change. Run with -count to alternate the sides.
+func BenchmarkAdd(b *testing.B) {
+	for _, k := range kinds {
+		b.Run(k.name, func(b *testing.B) {
+			ctx := context.Background()
+			db := k.open(b)
+			ob, err := outbox.New(ctx, db, k.dialect)
+			require.NoError(b, err)
+			_, err = db.ExecContext(ctx, `CREATE TABLE plain (id BIGINT PRIMARY KEY, key TEXT NOT NULL, data `+map[outbox.Dialect]string{outbox.SQLite: "BLOB", outbox.PostgreSQL: "BYTEA"}[k.dialect]+`)`)
+			require.NoError(b, err)
+			insert := `INSERT INTO plain (id, key, data) VALUES (?, ?, ?)`
+			if k.dialect == outbox.PostgreSQL {
+				insert = `INSERT INTO plain (id, key, data) VALUES ($1, $2, $3)`
+			}
+			msg := &publisher.Message{Data: []byte("event, some bytes of payload to carry")}
+			var id int64
+			tx1 := func(b *testing.B, f func(tx *sql.Tx, key string) error) {
+				for i := 0; b.Loop(); i++ {
+					tx, err := db.BeginTx(ctx, nil)
+					require.NoError(b, err)
+					require.NoError(b, f(tx, fmt.Sprintf("key-%d", i%benchKeys)))
+					require.NoError(b, tx.Commit())
+				}
+			}
+			b.Run("outbox", func(b *testing.B) {
+				tx1(b, func(tx *sql.Tx, key string) error { return ob.Add(ctx, tx, key, msg) })
+			})
+			b.Run("insert", func(b *testing.B) {
+				tx1(b, func(tx *sql.Tx, key string) error {
+					id++
+					_, err := tx.ExecContext(ctx, insert, id, key, msg.Data)
+					return err
+				})
+			})
+		})
+	}
 }
