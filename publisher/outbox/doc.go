@@ -52,16 +52,21 @@
 // published, one small row per key ever written: the numbers must never
 // start again for the same producer.
 //
-// FIGURES.md (Outbox) has the relay's measured throughput beside the
-// publisher alone. One relay publishes many keys at once, and one key's
-// events in runs of up to a batch, one run in flight at a time (P3); so
-// one key is bound by the round trip of a publish plus three statements,
-// and many keys by the database's writes and the publisher. Relays scale
-// out up to the shard count; a key is on one relay at a time. Writers of
-// one key wait for each other's commits (the counter row's lock), which
-// bounds one key's rate of writes to one per transaction's commit time;
-// writers of different keys do not wait for each other on PostgreSQL,
-// and take turns on SQLite's one write lock as every SQLite writer does.
+// Measured (FIGURES.md, Outbox; the fake server, 2 cores): one relay
+// publishes a backlog of 50 keys at about 20,000 events/s on SQLite and
+// on PostgreSQL, 0.4 to 0.6 of the rate of the publisher alone
+// publishing the same events; a writer's transaction with one event costs
+// about 160 µs on SQLite and 240 µs on PostgreSQL, 2.8 and 1.5 times a
+// plain insert of the same bytes.
+//
+// One relay publishes many keys at once, and one key's events in runs of
+// up to a batch, one run in flight at a time (P3): one key is bound by a
+// batch per publish round trip plus three statements, many keys by the
+// database and the publisher. Relays scale out up to the shard count; a
+// key is on one relay at a time. Writers of one key wait for each other's
+// commits (the counter row's lock); writers of different keys do not wait
+// for each other on PostgreSQL, and take turns on SQLite's one write lock
+// as every SQLite writer does.
 //
 // # Observability
 //
@@ -72,5 +77,6 @@
 // the relay's shards, and the oldest one's age, as of its last lease
 // round), keyorder.outbox.shards. [Relay.Stats] reads the same counts.
 // Logs ([WithLogger]): a key's failure at Warn, once per episode, and its
-// recovery at Info; a database error at Warn; a shard taken over at Info.
+// recovery at Info; a database error at Warn; shards taken over at Info.
+// FIGURES.md (Outbox) lists them word for word.
 package outbox

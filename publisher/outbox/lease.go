@@ -42,9 +42,8 @@ func (ru *run) leaseRound(ctx context.Context) {
 		return
 	}
 	share := (ru.r.o.shards + live - 1) / live
-	if len(ru.owned) > share {
-		ru.shed(ctx, len(ru.owned)-share)
-	} else if len(ru.owned) < share {
+	ru.shed(ctx, len(ru.owned)-share)
+	if len(ru.owned) < share {
 		ru.take(ctx, now, share-len(ru.owned))
 	}
 	ru.inList = inList(ru.owned)
@@ -90,18 +89,34 @@ func (ru *run) live(ctx context.Context, now time.Time) (int, error) {
 	return max(n, 1), nil
 }
 
-// shed gives up n shards with nothing in flight, for a relay that has
-// come to take them.
+// shed moves towards holding n fewer shards, for relays that have come
+// to take them: it picks shards to leave, which the run reads no more
+// from, and gives up those of them with nothing in flight, so that their
+// next relay sends no copies. With n <= 0 it leaves nothing more.
 func (ru *run) shed(ctx context.Context, n int) {
+	for s := range ru.leaving {
+		if !ru.owned[s] {
+			delete(ru.leaving, s) // lost meanwhile
+		}
+	}
+	for s := range ru.leaving {
+		if len(ru.leaving) <= max(n, 0) {
+			break
+		}
+		delete(ru.leaving, s) // a relay went: keep it after all
+	}
+	for s := range ru.owned {
+		if len(ru.leaving) >= n {
+			break
+		}
+		ru.leaving[s] = true
+	}
 	busy := map[int]bool{}
 	for _, b := range ru.inflight {
 		busy[b.shard] = true
 	}
 	q := ru.r.o.d.q(`DELETE FROM ` + tableLeases + ` WHERE shard = ? AND owner = ?`)
-	for s := range ru.owned {
-		if n == 0 {
-			return
-		}
+	for s := range ru.leaving {
 		if busy[s] {
 			continue
 		}
@@ -110,7 +125,7 @@ func (ru *run) shed(ctx context.Context, n int) {
 			return
 		}
 		delete(ru.owned, s)
-		n--
+		delete(ru.leaving, s)
 	}
 }
 
@@ -128,6 +143,12 @@ func (ru *run) take(ctx context.Context, now time.Time, n int) {
 		ru.r.rec.dbFailed("read leases", err)
 		return
 	}
+	taken := map[string][]int{} // by the relay whose lease ran out
+	defer func() {
+		for from, shards := range taken {
+			ru.r.rec.takenOver(shards, from)
+		}
+	}()
 	for _, s := range ru.free(held) {
 		if n == 0 {
 			return
@@ -141,7 +162,7 @@ func (ru *run) take(ctx context.Context, now time.Time, n int) {
 			ru.owned[s] = true
 			n--
 			if from != "" && from != ru.r.id {
-				ru.r.rec.takenOver(s, from)
+				taken[from] = append(taken[from], s)
 			}
 		}
 	}
@@ -252,5 +273,6 @@ func (ru *run) giveUp() {
 		ru.r.rec.dbFailed("leave the relays", err)
 	}
 	clear(ru.owned)
+	clear(ru.leaving)
 	ru.r.rec.looked(0, 0, 0)
 }

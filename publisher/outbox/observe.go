@@ -159,10 +159,11 @@ func (o *recorder) dbFailed(op string, err error) {
 		slog.String("op", op), slog.Any("error", err))
 }
 
-// takenOver logs a shard taken from a relay whose lease ran out.
-func (o *recorder) takenOver(shard int, from string) {
-	o.log.LogAttrs(context.Background(), slog.LevelInfo, "keyorder/outbox: shard taken over",
-		slog.Int("shard", shard), slog.String("from", from))
+// takenOver logs the shards a lease round took from a relay whose lease
+// ran out.
+func (o *recorder) takenOver(shards []int, from string) {
+	o.log.LogAttrs(context.Background(), slog.LevelInfo, "keyorder/outbox: shards taken over",
+		slog.Any("shards", shards), slog.String("from", from))
 }
 
 func (o *recorder) stats() Stats {

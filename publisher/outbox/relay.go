@@ -9,6 +9,10 @@ import (
 	"github.com/keyorder/keyorder/publisher"
 )
 
+// settleDelay is how long a relay waits for more results before it
+// deletes what the first one took.
+const settleDelay = time.Millisecond
+
 // A Relay publishes an [Outbox]'s events through a [publisher.Publisher],
 // key by key in commit order, and deletes each event once the service has
 // taken it. Any number of relays, in any number of processes, may run on
@@ -88,16 +92,29 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer leaseTick.Stop()
 	poll := time.NewTimer(0)
 	defer poll.Stop()
+	// Results that come in together are settled together, in one
+	// transaction: a settle waits up to settleDelay for more.
+	settleSoon := time.NewTimer(time.Hour)
+	settleSoon.Stop()
+	defer settleSoon.Stop()
+	var ready []*batch
 	for {
 		select {
 		case <-ctx.Done():
+			ru.settle(ctx, ready)
 			ru.drain()
 			return nil
 		case b := <-ru.done:
-			ru.settle(ctx, ru.collect(b))
-			if ru.room() {
-				ru.read(ctx)
+			if len(ready) == 0 {
+				settleSoon.Reset(settleDelay)
 			}
+			ready = ru.collect(ready, b)
+			if len(ready) == len(ru.inflight) { // nothing more to wait for
+				settleSoon.Stop()
+				ready = ru.settleAndRead(ctx, ready)
+			}
+		case <-settleSoon.C:
+			ready = ru.settleAndRead(ctx, ready)
 		case <-poll.C:
 			ru.read(ctx)
 			poll.Reset(r.cfg.poll)
@@ -105,4 +122,12 @@ func (r *Relay) Run(ctx context.Context) error {
 			ru.leaseRound(ctx)
 		}
 	}
+}
+
+// settleAndRead settles ready, reads what there is room for, and returns
+// ready emptied.
+func (ru *run) settleAndRead(ctx context.Context, ready []*batch) []*batch {
+	ru.settle(ctx, ready)
+	ru.read(ctx)
+	return ready[:0]
 }

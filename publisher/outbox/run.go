@@ -18,6 +18,7 @@ type run struct {
 	r *Relay
 
 	owned      map[int]bool // shards this run holds
+	leaving    map[int]bool // shards of owned to give up once nothing of theirs is in flight
 	validUntil time.Time    // when the leases of owned run out, unless renewed
 	inList     string       // "shard IN (...)" of owned, made when owned changes
 	cursor     string       // the read resumes after this key; "" from the first
@@ -52,7 +53,7 @@ type failure struct {
 
 func newRun(r *Relay) *run {
 	ru := &run{
-		r: r, owned: map[int]bool{}, inflight: map[string]*batch{}, failing: map[string]failure{},
+		r: r, owned: map[int]bool{}, leaving: map[int]bool{}, inflight: map[string]*batch{}, failing: map[string]failure{},
 		done: make(chan *batch),
 	}
 	ru.waitCtx, ru.stopWaiting = context.WithCancel(context.Background())
@@ -72,31 +73,41 @@ type row struct {
 	sent    int
 }
 
-// read reads the next events of the run's shards and publishes them.
+// read reads the next events of the run's shards and publishes them,
+// batch after batch while there is room and a full batch came back.
 func (ru *run) read(ctx context.Context) {
+	for ru.readOnce(ctx) && ru.cursor != "" {
+	}
+}
+
+// readOnce reads one batch of events and publishes them. It reports
+// whether it published anything.
+func (ru *run) readOnce(ctx context.Context) bool {
 	if len(ru.owned) == 0 || !ru.room() || time.Now().After(ru.validUntil) {
-		return
+		return false
 	}
 	rows, err := ru.query(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			ru.r.rec.dbFailed("read events", err)
 		}
-		return
+		return false
 	}
 	groups := ru.group(rows)
 	if len(groups) == 0 {
-		return
+		return false
 	}
-	if err := ru.mark(ctx, groups); err != nil {
+	groups, err = ru.mark(ctx, groups)
+	if err != nil {
 		if ctx.Err() == nil {
 			ru.r.rec.dbFailed("mark events sent", err)
 		}
-		return
+		return false
 	}
 	for _, g := range groups {
 		ru.publish(ctx, g)
 	}
+	return len(groups) > 0
 }
 
 // query reads up to a batch of pending events after the cursor, in key
@@ -141,7 +152,7 @@ func (ru *run) group(rows []row) [][]row {
 		}
 		key := rows[i].key
 		_, busy := ru.inflight[key]
-		_, held := ru.owned[rows[i].shard]
+		held := ru.owned[rows[i].shard] && !ru.leaving[rows[i].shard]
 		if !busy && held && !now.Before(ru.failing[key].until) {
 			out = append(out, rows[i:j])
 		}
@@ -151,21 +162,34 @@ func (ru *run) group(rows []row) [][]row {
 }
 
 // mark counts a send of every event of groups, in one transaction, before
-// they are sent: an event whose count is above 0 when it is read again
-// was sent before, and its next send is counted as a re-send.
-func (ru *run) mark(ctx context.Context, groups [][]row) error {
+// they are sent, and returns the groups to send: an event whose count is
+// above 0 when it is read again was sent before, and its next send is
+// counted as a re-send. It is also the fence of a lease: a group is marked
+// only while the relay's lease of its shard is live in the database, so a
+// relay that stalled past its lease sends nothing that its successor may
+// have read unmarked.
+func (ru *run) mark(ctx context.Context, groups [][]row) ([][]row, error) {
 	tx, err := ru.r.o.db.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	q := ru.r.o.d.q(`UPDATE ` + tableEvents + ` SET sent = sent + 1 WHERE key = ? AND seq >= ? AND seq <= ?`)
+	q := ru.r.o.d.q(`UPDATE ` + tableEvents + ` SET sent = sent + 1 WHERE key = ? AND seq >= ? AND seq <= ?
+		AND EXISTS (SELECT 1 FROM ` + tableLeases + ` WHERE shard = ? AND owner = ? AND expires > ?)`)
+	now := time.Now().UnixNano()
+	out := groups[:0]
 	for _, g := range groups {
-		if _, err := tx.ExecContext(ctx, q, g[0].key, g[0].seq, g[len(g)-1].seq); err != nil {
-			return err
+		res, err := tx.ExecContext(ctx, q, g[0].key, g[0].seq, g[len(g)-1].seq, g[0].shard, ru.r.id, now)
+		if err != nil {
+			return nil, err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return nil, err
+		} else if n == int64(len(g)) {
+			out = append(out, g)
 		}
 	}
-	return tx.Commit()
+	return out, tx.Commit()
 }
 
 // publish publishes one key's run, stamped, and starts its waiter.
@@ -216,9 +240,10 @@ func (ru *run) wait(b *batch) {
 	}
 }
 
-// collect returns b and every other batch whose waiter is done now.
-func (ru *run) collect(b *batch) []*batch {
-	out := []*batch{b}
+// collect appends b, and every other batch whose waiter is done now, to
+// out.
+func (ru *run) collect(out []*batch, b *batch) []*batch {
+	out = append(out, b)
 	for {
 		select {
 		case b := <-ru.done:
@@ -293,7 +318,7 @@ func (ru *run) drain() {
 	for len(ru.inflight) > 0 {
 		select {
 		case b := <-ru.done:
-			ru.settle(ctx, ru.collect(b))
+			ru.settle(ctx, ru.collect(nil, b))
 		case <-ctx.Done():
 			ru.giveUp()
 			return
