@@ -16,8 +16,9 @@ import (
 // handler that writes the same row, the message's effect, in a
 // transaction of its own, without the inbox's record. Each message is
 // the next number of its key; "serial" runs one call at a time over 64
-// keys, "parallel" one key per goroutine (GOMAXPROCS of them). With
-// -count, the four sides of a database alternate, round by round.
+// keys, "parallel" one key per goroutine (GOMAXPROCS of them). Run in
+// rounds of -count=1 (make bench BENCH=BenchmarkInbox), so that the sides
+// alternate and share the machine's drift.
 func BenchmarkInbox(b *testing.B) {
 	for _, db := range databases {
 		b.Run(db.name, func(b *testing.B) {
