@@ -17,6 +17,7 @@ import (
 	"github.com/keyorder/keyorder/ordering"
 	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/subscriber"
+	"github.com/keyorder/keyorder/subscriber/inbox"
 )
 
 // The tests on the faithful fake: the inbox's handler behind each door of
@@ -44,6 +45,9 @@ type stamped struct {
 	key  string
 	n    uint32
 	copy bool
+	// redriven marks the message as the service marks one it forwards
+	// to a dead-letter topic, as a redrive republishes it.
+	redriven bool
 }
 
 // publishStamped publishes msgs in order, with message ordering, stamped
@@ -58,6 +62,9 @@ func publishStamped(t *testing.T, client *pubsub.Client, topic string, msgs ...s
 	for _, m := range msgs {
 		attrs := map[string]string{}
 		ordering.Stamp{Producer: "p", Seq: ordering.MakeSeq(0, m.n)}.Put(attrs)
+		if m.redriven {
+			attrs[subscriber.DeadLetterSourceAttribute] = "projects/inbox-test/subscriptions/elsewhere"
+		}
 		data := fmt.Sprintf("%s/%d", m.key, m.n)
 		if m.copy {
 			data += "-copy"
@@ -223,5 +230,47 @@ func TestExactlyOnceOnTheFake(t *testing.T) {
 		stop()
 		requireOnceInOrder(t, one, keys, 20)
 		assert.Greater(t, calls.Load(), int64(40), "the handler was called again for messages it had applied")
+	})
+}
+
+// TestOwedRedrivenOnTheFake: a number the inbox recorded as owed, redriven
+// later from a dead-letter topic to a replica that never saw its key, is
+// applied once, not taken for a copy; a copy of it after that is acked
+// unapplied.
+func TestOwedRedrivenOnTheFake(t *testing.T) {
+	eachDatabase(t, func(t *testing.T, db database) {
+		ctx := timeout(t, testTimeout)
+		srv := orderingtest.Start(t)
+		client, err := srv.Client(ctx, "inbox-test")
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = client.Close() })
+		topic, subID := names()
+		subA, err := subscriber.CreateWithTopic(ctx, client, topic, subID, fast, quiet)
+		require.NoError(t, err)
+		one, two := db.open(t)
+		inA := newInbox(t, one, db.dialect, inbox.WithGapWait(0))
+		stopA := run(t, subA, inA.Handler(record(db.dialect)))
+		publishStamped(t, client, subA.Topic(), stamped{key: "k", n: 1}, stamped{key: "k", n: 3})
+		waitApplied(t, srv, one, 2)
+		require.NoError(t, srv.WaitFor(ctx, func() bool { return inA.Stats().Gaps == 1 }))
+		stopA()
+
+		subB, err := subscriber.Open(ctx, client, subID, fast, quiet)
+		require.NoError(t, err)
+		inB := newInbox(t, two, db.dialect, inbox.WithGapWait(0))
+		stopB := run(t, subB, inB.Handler(record(db.dialect)))
+		publishStamped(t, client, subA.Topic(), stamped{key: "k", n: 4}, stamped{key: "k", n: 2, redriven: true}, stamped{key: "k", n: 2, copy: true, redriven: true})
+		waitApplied(t, srv, one, 4)
+		require.NoError(t, srv.WaitFor(ctx, func() bool {
+			return srv.Stats(subA.Name()).Outstanding == 0 && inB.Stats().Copies+subB.Stats().Duplicates >= 1
+		}))
+		stopB()
+		times, order := applied(t, one)
+		assert.Len(t, times, 4)
+		for k, n := range times {
+			assert.Equal(t, 1, n, k)
+		}
+		assert.Equal(t, []uint64{1, 3, 4, 2}, order["k"])
+		assert.Equal(t, int64(1), inB.Stats().LateApplied)
 	})
 }
