@@ -41,8 +41,10 @@ func (d Dialect) String() string {
 // highest number applied and the gap its next message waits on, if any;
 // and the runs of numbers owed, lo to hi, one per gap recorded, each
 // shortened as its numbers come. touched, in Unix seconds, is when the row
-// last recorded a message, for Prune; wait_since, in Unix milliseconds,
-// is when a replica first found the gap before wait_seq.
+// last recorded a message, for Prune, which scans the table for it: an
+// index on it would be written with every message, for a scan made once a
+// day. wait_since, in Unix milliseconds, is when a replica first found the
+// gap before wait_seq.
 const schema = `
 CREATE TABLE IF NOT EXISTS {t} (
 	key        TEXT   NOT NULL,
@@ -53,7 +55,6 @@ CREATE TABLE IF NOT EXISTS {t} (
 	touched    BIGINT NOT NULL,
 	PRIMARY KEY (key, producer)
 );
-CREATE INDEX IF NOT EXISTS {t}_touched ON {t} (touched);
 CREATE TABLE IF NOT EXISTS {t}_owed (
 	key      TEXT   NOT NULL,
 	producer TEXT   NOT NULL,
@@ -66,15 +67,16 @@ CREATE TABLE IF NOT EXISTS {t}_owed (
 // them for the dialect and the table.
 const (
 	// qLock is the first statement of every message's transaction: it
-	// makes the (key, producer) row if there is none and touches it if
-	// there is, which takes its lock (PostgreSQL's row lock, SQLite's
-	// write lock) before anything is read, and returns the row as it is
-	// once the lock is held: a replica that waited for it sees what the
-	// other committed (S12's global view).
+	// makes the (key, producer) row if there is none, and writes it,
+	// unchanged, if there is, which takes its lock (PostgreSQL's row
+	// lock, SQLite's write lock) before anything is read, and returns the
+	// row as it is once the lock is held: a replica that waited for it
+	// sees what the other committed (S12's global view).
 	qLock = `INSERT INTO {t} (key, producer, last_seq, touched) VALUES (?, ?, 0, ?)
-		ON CONFLICT (key, producer) DO UPDATE SET touched = excluded.touched
+		ON CONFLICT (key, producer) DO UPDATE SET last_seq = {t}.last_seq
 		RETURNING last_seq, wait_seq, wait_since`
-	qApplied  = `UPDATE {t} SET last_seq = ?, wait_seq = 0, wait_since = 0 WHERE key = ? AND producer = ?`
+	qApplied  = `UPDATE {t} SET last_seq = ?, wait_seq = 0, wait_since = 0, touched = ? WHERE key = ? AND producer = ?`
+	qTouch    = `UPDATE {t} SET touched = ? WHERE key = ? AND producer = ?`
 	qWait     = `UPDATE {t} SET wait_seq = ?, wait_since = ? WHERE key = ? AND producer = ?`
 	qFindOwed = `SELECT lo, hi FROM {t}_owed WHERE key = ? AND producer = ? AND lo <= ? AND hi >= ?`
 	qDelOwed  = `DELETE FROM {t}_owed WHERE key = ? AND producer = ? AND lo = ?`
@@ -89,7 +91,7 @@ const (
 
 // queries holds the inbox's statements, rewritten once by New.
 type queries struct {
-	lock, applied, wait, findOwed, delOwed, addOwed, prune, pruneOrphan string
+	lock, applied, touch, wait, findOwed, delOwed, addOwed, prune, pruneOrphan string
 }
 
 func newQueries(d Dialect, table string) queries {
@@ -97,7 +99,7 @@ func newQueries(d Dialect, table string) queries {
 		return sqldb.Rebind(d == PostgreSQL, strings.ReplaceAll(s, "{t}", table))
 	}
 	return queries{
-		lock: q(qLock), applied: q(qApplied), wait: q(qWait),
+		lock: q(qLock), applied: q(qApplied), touch: q(qTouch), wait: q(qWait),
 		findOwed: q(qFindOwed), delOwed: q(qDelOwed), addOwed: q(qAddOwed),
 		prune: q(qPrune), pruneOrphan: q(qPruneOrphan),
 	}
