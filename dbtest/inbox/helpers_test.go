@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -104,7 +105,7 @@ func newInbox(t testing.TB, db *sql.DB, d inbox.Dialect, opts ...inbox.Option) *
 	ctx := context.Background()
 	_, err := db.ExecContext(ctx, effects(d))
 	require.NoError(t, err)
-	ib, err := inbox.New(ctx, db, d, opts...)
+	ib, err := inbox.New(ctx, db, d, append([]inbox.Option{inbox.WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
 	require.NoError(t, err)
 	return ib
 }

@@ -180,3 +180,22 @@ func TestSeqBeyondInt64(t *testing.T) {
 		require.ErrorIs(t, err, inbox.ErrSeqRange)
 	})
 }
+
+// TestNewTogether: replicas that start at once all create the tables, and
+// none fails on the others' doing so.
+func TestNewTogether(t *testing.T) {
+	eachDatabase(t, func(t *testing.T, db database) {
+		ctx := timeout(t, 30e9)
+		one, two := db.open(t)
+		errs := make(chan error, 8)
+		for i := range 8 {
+			go func() {
+				_, err := inbox.New(ctx, []*sql.DB{one, two}[i%2], db.dialect)
+				errs <- err
+			}()
+		}
+		for range 8 {
+			require.NoError(t, <-errs)
+		}
+	})
+}

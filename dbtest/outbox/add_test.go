@@ -25,26 +25,7 @@ import (
 // with nothing in the outbox, and the key's next event is number 1.
 func TestAddRefusesBadInput(t *testing.T) {
 	t.Parallel()
-	many := map[string]string{}
-	for i := range publisher.MaxAttributes + 1 {
-		many[fmt.Sprint("a", i)] = "v"
-	}
-	cases := []struct {
-		name string
-		key  string
-		msg  *publisher.Message
-		want error
-	}{
-		{"empty key", "", &publisher.Message{Data: []byte("x")}, outbox.ErrNoKey},
-		{"key too long", strings.Repeat("k", 1025), &publisher.Message{Data: []byte("x")}, ordering.ErrKeyTooLong},
-		{"key not UTF-8", "k\xff", &publisher.Message{Data: []byte("x")}, ordering.ErrKeyNotUTF8},
-		{"nil message", "k", nil, publisher.ErrNilMessage},
-		{"empty message", "k", &publisher.Message{Headers: map[string]string{ordering.Header: "k"}}, publisher.ErrEmptyMessage},
-		{"stamp header", "k", &publisher.Message{Data: []byte("x"), Headers: map[string]string{ordering.StampAttribute: "p:1"}}, publisher.ErrStampAttribute},
-		{"reserved attribute", "k", &publisher.Message{Data: []byte("x"), Headers: map[string]string{"googx": "v"}}, publisher.ErrReservedAttribute},
-		{"too many attributes", "k", &publisher.Message{Headers: many}, publisher.ErrTooManyAttributes},
-		{"too large", "k", &publisher.Message{Data: make([]byte, 10<<20)}, publisher.ErrMessageTooLarge},
-	}
+	cases := badInputs()
 	eachDB(t, func(t *testing.T, k dbKind) {
 		t.Parallel()
 		ctx := harness.Context(t, testTimeout)
@@ -70,8 +51,64 @@ func TestAddRefusesBadInput(t *testing.T) {
 	})
 }
 
-// TestNewRelayRefusesStamps checks that a relay needs a publisher without
-// stamps, and that New shares one producer and shard count.
+// A badInput is a message and key that Add, and Publish, refuse.
+type badInput struct {
+	name string
+	key  string
+	msg  *publisher.Message
+	want error
+}
+
+func badInputs() []badInput {
+	many := map[string]string{}
+	for i := range publisher.MaxAttributes + 1 {
+		many[fmt.Sprint("a", i)] = "v"
+	}
+	return []badInput{
+		{"empty key", "", &publisher.Message{Data: []byte("x")}, outbox.ErrNoKey},
+		{"key too long", strings.Repeat("k", 1025), &publisher.Message{Data: []byte("x")}, ordering.ErrKeyTooLong},
+		{"key not UTF-8", "k\xff", &publisher.Message{Data: []byte("x")}, ordering.ErrKeyNotUTF8},
+		{"nil message", "k", nil, publisher.ErrNilMessage},
+		{"empty message", "k", &publisher.Message{Headers: map[string]string{ordering.Header: "k"}}, publisher.ErrEmptyMessage},
+		{"stamp header", "k", &publisher.Message{Data: []byte("x"), Headers: map[string]string{ordering.StampAttribute: "p:1"}}, publisher.ErrStampAttribute},
+		{"reserved attribute", "k", &publisher.Message{Data: []byte("x"), Headers: map[string]string{"googx": "v"}}, publisher.ErrReservedAttribute},
+		{"too many attributes", "k", &publisher.Message{Headers: many}, publisher.ErrTooManyAttributes},
+		{"too large", "k", &publisher.Message{Data: make([]byte, 10<<20)}, publisher.ErrMessageTooLarge},
+	}
+}
+
+// TestCheckAgreesWithPublish checks that publisher.Check, which Add
+// applies, refuses what a stamped Publisher's Publish refuses, with the
+// same error, and accepts a message that Publish sends.
+func TestCheckAgreesWithPublish(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	pub, err := publisher.New(e.client, e.topic, publisher.WithLogger(quiet))
+	require.NoError(t, err)
+	defer pub.Close(context.Background())
+	ctx := harness.Context(t, testTimeout)
+	for _, tc := range badInputs() {
+		if tc.key == "" {
+			continue // an unordered message to Publish, refused by Add alone
+		}
+		_, perr := pub.Publish(ctx, tc.msg, publisher.WithOrderingKey(tc.key)).Get(ctx)
+		cerr := publisher.Check(tc.msg, tc.key)
+		require.ErrorIs(t, perr, tc.want, tc.name)
+		require.ErrorIs(t, cerr, tc.want, tc.name)
+		if !errors.Is(tc.want, publisher.ErrMessageTooLarge) {
+			// The size limit is the longest topic's, in Check.
+			assert.Equal(t, perr.Error(), cerr.Error(), tc.name)
+		}
+	}
+	ok := &publisher.Message{Data: []byte("x"), Headers: map[string]string{"a": "b"}}
+	assert.NoError(t, publisher.Check(ok, "k"))
+	_, err = pub.Publish(ctx, ok, publisher.WithOrderingKey("k")).Get(ctx)
+	assert.NoError(t, err)
+}
+
+// TestNewSharesItsSettings checks that New, run by several processes at
+// once, shares one producer and shard count, and that a relay needs a
+// publisher without stamps.
 func TestNewSharesItsSettings(t *testing.T) {
 	t.Parallel()
 	eachDB(t, func(t *testing.T, k dbKind) {

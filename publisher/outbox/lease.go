@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"slices"
 	"time"
+
+	"github.com/keyorder/keyorder/ordering"
 )
 
 // stmtTimeout bounds the statements a relay makes where the run's context
@@ -71,6 +73,11 @@ func (ru *run) renew(ctx context.Context, now time.Time) error {
 		ru.owned[s] = true
 	}
 	ru.validUntil = now.Add(ru.r.cfg.lease)
+	for key := range ru.failing {
+		if !ru.owned[ordering.Partition(key, o.shards)] {
+			delete(ru.failing, key) // another relay's now
+		}
+	}
 	return nil
 }
 

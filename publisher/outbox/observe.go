@@ -43,8 +43,10 @@ type recorder struct {
 	log *slog.Logger
 
 	published, resent, failed metric.Int64Counter
-	gauges                    metric.Registration // nil if registering failed
-	as                        metric.MeasurementOption
+	// gauges is the callback of the gauges, registered for the Relay's
+	// life: a Relay has no Close, and its gauges read atomics only.
+	gauges metric.Registration // nil if registering failed
+	as     metric.MeasurementOption
 
 	nPublished, nResent, nFailed atomic.Int64
 	shards, pending              atomic.Int64
@@ -104,12 +106,6 @@ func (o *recorder) lag() time.Duration {
 		return 0
 	}
 	return max(0, time.Since(time.Unix(0, oldest)))
-}
-
-func (o *recorder) close() {
-	if o.gauges != nil {
-		_ = o.gauges.Unregister()
-	}
 }
 
 // sent counts a batch's events handed to the publisher that had been sent

@@ -34,7 +34,9 @@ type Relay struct {
 // subscribers ack unrun (S12). It returns [ErrStamped] for a stamping
 // publisher, and an error matching [ErrInvalidConfig] for a nil argument
 // or a bad option. The caller keeps ownership of pub, and closes it after
-// Run has returned.
+// Run has returned. The relay bounds what it has in flight itself (four
+// batches): pub's flow control should not block (FlowControlBlock), which
+// would hold the relay's loop, and with it the renewal of its leases.
 func NewRelay(o *Outbox, pub *publisher.Publisher, opts ...RelayOption) (*Relay, error) {
 	if o == nil || pub == nil {
 		return nil, fmt.Errorf("%w: NewRelay needs an Outbox and a Publisher", ErrInvalidConfig)

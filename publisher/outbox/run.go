@@ -257,6 +257,11 @@ func (ru *run) collect(out []*batch, b *batch) []*batch {
 // settle deletes the events the service took, in one transaction, and
 // keeps the keys that failed back for a while.
 func (ru *run) settle(ctx context.Context, bs []*batch) {
+	// Counted before the delete: whoever sees an event gone sees it
+	// counted.
+	for _, b := range bs {
+		ru.r.rec.settled(b.ok, len(b.results)-b.ok)
+	}
 	if err := ru.delete(ctx, bs); err != nil && ctx.Err() == nil {
 		// The events stay, and are sent again: copies.
 		ru.r.rec.dbFailed("delete published events", err)
@@ -265,7 +270,6 @@ func (ru *run) settle(ctx context.Context, bs []*batch) {
 	for _, b := range bs {
 		delete(ru.inflight, b.key)
 		ru.inflightRows -= len(b.results)
-		ru.r.rec.settled(b.ok, len(b.results)-b.ok)
 		f, was := ru.failing[b.key]
 		switch {
 		case b.err == nil && was:

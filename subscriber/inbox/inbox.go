@@ -22,7 +22,11 @@ type Inbox struct {
 	d   Dialect
 	cfg config
 	q   queries
-	obs *recorder
+	// lock is the statement of every message, prepared once: parsing it
+	// cost SQLite a sixth of a message's time. A transaction uses the
+	// connection's own (sql.Tx.StmtContext).
+	lock *sql.Stmt
+	obs  *recorder
 }
 
 // An ApplyFunc applies a message's effect in tx, the transaction that
@@ -51,7 +55,12 @@ func New(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) (*Inbox, er
 	if err := createTables(ctx, db, d, cfg.table); err != nil {
 		return nil, err
 	}
-	return &Inbox{db: db, d: d, cfg: cfg, q: newQueries(d, cfg.table), obs: newRecorder(cfg)}, nil
+	in := &Inbox{db: db, d: d, cfg: cfg, q: newQueries(d, cfg.table), obs: newRecorder(cfg)}
+	var err error
+	if in.lock, err = db.PrepareContext(ctx, in.q.lock); err != nil {
+		return nil, err
+	}
+	return in, nil
 }
 
 // Handler returns a subscriber.Handler that applies each message once,
@@ -93,16 +102,19 @@ func (in *Inbox) Handler(apply ApplyFunc) subscriber.Handler {
 
 // outcome is what one call of the handler did.
 type outcome struct {
-	step  step
-	owed  bool            // older, and owed: applied late
-	wait  time.Duration   // a gap's wait left; 0 once it is over
-	began bool            // this call began the gap's wait
-	gap   *subscriber.Gap // recorded as owed
+	step step
+	// recorded is set when the lock statement recorded the number as
+	// applied already: the next, or the first (store.go, qLock).
+	recorded bool
+	owed     bool            // older, and owed: applied late
+	wait     time.Duration   // a gap's wait left; 0 once it is over
+	began    bool            // this call began the gap's wait
+	gap      *subscriber.Gap // recorded as owed
 }
 
-// record runs d's transaction: the lock, the rule, apply, the record. The
-// deferred rollback covers a panic and runtime.Goexit in apply, so that no
-// transaction is left open whatever it does.
+// record runs d's transaction: the lock and the rule (decide), apply,
+// the record. The deferred rollback covers a panic and runtime.Goexit in
+// apply, so that no transaction is left open whatever it does.
 func (in *Inbox) record(ctx context.Context, d *subscriber.Delivery, apply ApplyFunc) (out outcome, err error) {
 	tx, err := in.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -115,36 +127,64 @@ func (in *Inbox) record(ctx context.Context, d *subscriber.Delivery, apply Apply
 		}
 	}()
 	now := time.Now()
-	var last, waitSeq, waitSince int64
-	if err := tx.QueryRowContext(ctx, in.q.lock, d.Key, d.Producer, now.Unix()).Scan(&last, &waitSeq, &waitSince); err != nil {
+	out, run, err := in.decide(ctx, tx, d, now)
+	switch {
+	case err != nil:
 		return out, err
-	}
-	var from, to uint64
-	out.step, from, to = classify(uint64(last), d.Seq)
-	switch out.step {
-	case gap:
-		if out, err = in.gapped(ctx, tx, d, out, from, to, uint64(waitSeq), waitSince, now); err != nil || out.wait > 0 {
-			done = out.began && err == nil
-			if done {
-				err = tx.Commit()
-			}
+	case !run && !out.began:
+		return out, nil // a copy, or a wait recorded already: nothing to commit
+	case run:
+		if err := apply(ctx, tx, d); err != nil {
 			return out, err
 		}
-	case older:
-		if out.owed, err = in.takeOwed(ctx, tx, d); err != nil || !out.owed {
-			return out, err // a copy: nothing to commit
-		}
-	}
-	if err := apply(ctx, tx, d); err != nil {
-		return out, err
-	}
-	if out.step != older {
-		if _, err := tx.ExecContext(ctx, in.q.applied, int64(d.Seq), d.Key, d.Producer); err != nil {
+		if err := in.advance(ctx, tx, d, out, now); err != nil {
 			return out, err
 		}
 	}
 	done = true
 	return out, tx.Commit()
+}
+
+// decide locks d's (key, producer) row and applies the rule to it: run
+// reports whether d is to be applied; a gap's wait, or a copy, is not.
+func (in *Inbox) decide(ctx context.Context, tx *sql.Tx, d *subscriber.Delivery, now time.Time) (out outcome, run bool, err error) {
+	var prev, last, waitSeq, waitSince int64
+	err = tx.StmtContext(ctx, in.lock).QueryRowContext(ctx, d.Key, d.Producer, int64(d.Seq), now.Unix()).Scan(&prev, &last, &waitSeq, &waitSince)
+	if err != nil {
+		return out, false, err
+	}
+	var from, to uint64
+	out.step, from, to = classify(uint64(prev), d.Seq)
+	out.recorded = uint64(last) == d.Seq && prev != last
+	if out.recorded && out.step != first && out.step != next {
+		// The statement's rule and classify's disagree: undo it all
+		// rather than record a number the rule did not apply.
+		return out, false, fmt.Errorf("keyorder/inbox: internal error: %s recorded after %s", ordering.FormatSeq(d.Seq), ordering.FormatSeq(uint64(prev)))
+	}
+	switch out.step {
+	case gap:
+		out, err = in.gapped(ctx, tx, d, out, from, to, uint64(waitSeq), waitSince, now)
+		return out, err == nil && out.wait == 0, err
+	case older:
+		out.owed, err = in.takeOwed(ctx, tx, d)
+		return out, out.owed, err
+	}
+	return out, true, nil
+}
+
+// advance records d as applied, unless the lock statement did: its
+// number as the highest, or, for an owed one, which leaves the highest as
+// it is, only the time.
+func (in *Inbox) advance(ctx context.Context, tx *sql.Tx, d *subscriber.Delivery, out outcome, now time.Time) (err error) {
+	switch {
+	case out.recorded:
+		return nil
+	case out.step == older:
+		_, err = tx.ExecContext(ctx, in.q.touch, now.Unix(), d.Key, d.Producer)
+	default:
+		_, err = tx.ExecContext(ctx, in.q.applied, int64(d.Seq), now.Unix(), d.Key, d.Producer)
+	}
+	return err
 }
 
 // gapped decides what a message after a gap does: wait, recording when

@@ -41,19 +41,21 @@ func (d Dialect) String() string {
 // highest number applied and the gap its next message waits on, if any;
 // and the runs of numbers owed, lo to hi, one per gap recorded, each
 // shortened as its numbers come. touched, in Unix seconds, is when the row
-// last recorded a message, for Prune; wait_since, in Unix milliseconds,
-// is when a replica first found the gap before wait_seq.
+// last recorded a message, for Prune, which scans the table for it: an
+// index on it would be written with every message, for a scan made once a
+// day. wait_since, in Unix milliseconds, is when a replica first found the
+// gap before wait_seq.
 const schema = `
 CREATE TABLE IF NOT EXISTS {t} (
 	key        TEXT   NOT NULL,
 	producer   TEXT   NOT NULL,
 	last_seq   BIGINT NOT NULL,
+	prev_seq   BIGINT NOT NULL DEFAULT 0,
 	wait_seq   BIGINT NOT NULL DEFAULT 0,
 	wait_since BIGINT NOT NULL DEFAULT 0,
 	touched    BIGINT NOT NULL,
 	PRIMARY KEY (key, producer)
 );
-CREATE INDEX IF NOT EXISTS {t}_touched ON {t} (touched);
 CREATE TABLE IF NOT EXISTS {t}_owed (
 	key      TEXT   NOT NULL,
 	producer TEXT   NOT NULL,
@@ -66,15 +68,34 @@ CREATE TABLE IF NOT EXISTS {t}_owed (
 // them for the dialect and the table.
 const (
 	// qLock is the first statement of every message's transaction: it
-	// makes the (key, producer) row if there is none and touches it if
+	// makes the (key, producer) row if there is none, and writes it if
 	// there is, which takes its lock (PostgreSQL's row lock, SQLite's
 	// write lock) before anything is read, and returns the row as it is
 	// once the lock is held: a replica that waited for it sees what the
-	// other committed (S12's global view).
-	qLock = `INSERT INTO {t} (key, producer, last_seq, touched) VALUES (?, ?, 0, ?)
-		ON CONFLICT (key, producer) DO UPDATE SET touched = excluded.touched
-		RETURNING last_seq, wait_seq, wait_since`
-	qApplied  = `UPDATE {t} SET last_seq = ?, wait_seq = 0, wait_since = 0 WHERE key = ? AND producer = ?`
+	// other committed (S12's global view). prev_seq returns the highest
+	// number as it was, for the rule (classify) to judge. The same write
+	// records the message as applied when its number is the next
+	// ({next}), the case of nearly every message, so that it costs one
+	// statement, not two; apply's failure rolls it back with the rest. A
+	// new row is made with the message's number, since its first number
+	// is always applied.
+	qLock = `INSERT INTO {t} (key, producer, last_seq, touched) VALUES (?, ?, ?, ?)
+		ON CONFLICT (key, producer) DO UPDATE SET
+			prev_seq = {t}.last_seq,
+			last_seq = CASE WHEN {next} THEN excluded.last_seq ELSE {t}.last_seq END,
+			wait_seq = CASE WHEN {next} THEN 0 ELSE {t}.wait_seq END,
+			touched  = CASE WHEN {next} THEN excluded.touched ELSE {t}.touched END
+		RETURNING prev_seq, last_seq, wait_seq, wait_since`
+	// sqlNext is classify's "next" in SQL, excluded.last_seq the message's
+	// number and {t}.last_seq the highest applied: the number after it in
+	// its epoch, or the first of a higher epoch (an epoch is the number
+	// divided by 2^32). It is never true where classify's is not, and
+	// where classify says next and it was not, the handler records the
+	// number with qApplied.
+	sqlNext = `((excluded.last_seq = {t}.last_seq + 1 AND excluded.last_seq / 4294967296 = {t}.last_seq / 4294967296)
+		OR (excluded.last_seq / 4294967296 > {t}.last_seq / 4294967296 AND excluded.last_seq % 4294967296 = 1))`
+	qApplied  = `UPDATE {t} SET last_seq = ?, wait_seq = 0, wait_since = 0, touched = ? WHERE key = ? AND producer = ?`
+	qTouch    = `UPDATE {t} SET touched = ? WHERE key = ? AND producer = ?`
 	qWait     = `UPDATE {t} SET wait_seq = ?, wait_since = ? WHERE key = ? AND producer = ?`
 	qFindOwed = `SELECT lo, hi FROM {t}_owed WHERE key = ? AND producer = ? AND lo <= ? AND hi >= ?`
 	qDelOwed  = `DELETE FROM {t}_owed WHERE key = ? AND producer = ? AND lo = ?`
@@ -89,15 +110,16 @@ const (
 
 // queries holds the inbox's statements, rewritten once by New.
 type queries struct {
-	lock, applied, wait, findOwed, delOwed, addOwed, prune, pruneOrphan string
+	lock, applied, touch, wait, findOwed, delOwed, addOwed, prune, pruneOrphan string
 }
 
 func newQueries(d Dialect, table string) queries {
 	q := func(s string) string {
+		s = strings.ReplaceAll(s, "{next}", sqlNext)
 		return sqldb.Rebind(d == PostgreSQL, strings.ReplaceAll(s, "{t}", table))
 	}
 	return queries{
-		lock: q(qLock), applied: q(qApplied), wait: q(qWait),
+		lock: q(qLock), applied: q(qApplied), touch: q(qTouch), wait: q(qWait),
 		findOwed: q(qFindOwed), delOwed: q(qDelOwed), addOwed: q(qAddOwed),
 		prune: q(qPrune), pruneOrphan: q(qPruneOrphan),
 	}
