@@ -31,10 +31,14 @@ const (
 // Stats counts what a [Relay] did since it was made, over all its runs.
 type Stats struct {
 	Published int64 // events the service took, copies included
-	Resent    int64 // events sent that had been sent before: copies, if the earlier send was stored
-	Failed    int64 // events whose publish failed, left for a later round
-	Shards    int   // shards the relay holds now
-	Pending   int64 // events pending in its shards, when it last looked
+	// Resent counts events sent that had been sent before (after a
+	// failure, a restart, a lease taken over): copies, if the earlier send
+	// was stored. A lower bound: a takeover that commits during the old
+	// owner's mark can leave one run's re-send uncounted.
+	Resent  int64
+	Failed  int64 // events whose publish failed, left for a later round
+	Shards  int   // shards the relay holds now
+	Pending int64 // events pending in its shards, when it last looked
 }
 
 // A recorder turns a relay's events into metrics, logs and [Stats]: a
