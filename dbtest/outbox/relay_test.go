@@ -1,6 +1,7 @@
 package outbox_test
 
 import (
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"testing"
@@ -138,5 +139,38 @@ func TestRelayStoppedAndRestarted(t *testing.T) {
 		assert.Empty(t, v.disorder)
 		assert.Equal(t, want, v.firsts)
 		assert.LessOrEqual(t, v.copies, int(r.Stats().Resent))
+	})
+}
+
+// TestFailureInsideARun fails the first request of a key's long run of
+// events, so that the failure is often reported while the relay is still
+// publishing the run: without WithAfter, the rest of the run was sent once
+// the key resumed (P5), before the failed events went again. Every key's
+// numbers must still reach the topic 1, 2, 3...
+func TestFailureInsideARun(t *testing.T) {
+	t.Parallel()
+	eachDB(t, func(t *testing.T, k dbKind) {
+		t.Parallel()
+		for round := range 3 {
+			ctx := harness.Context(t, testTimeout)
+			db, e := k.open(t), newEnv(t)
+			ob, err := outbox.New(ctx, db, k.dialect)
+			require.NoError(t, err)
+			var data []string
+			for i := range 450 {
+				data = append(data, fmt.Sprintf("k/%d", i+1))
+			}
+			add(t, ctx, db, ob, "k", data...)
+			failed := e.srv.FailPublish(orderingtest.Key("k"), codes.PermissionDenied, 1)
+			r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLogger(quiet))
+			require.NoError(t, err)
+			stop := runRelay(t, r)
+			waitFor(t, e, "the outbox to empty", func() bool { return pending(t, db) == 0 })
+			stop()
+			assert.Equal(t, 1, failed.Hits())
+			v := e.view(t, ob.Producer())
+			assert.Empty(t, v.disorder, "round %d", round)
+			assert.Equal(t, data, v.firsts["k"], "round %d", round)
+		}
 	})
 }

@@ -208,7 +208,15 @@ func (ru *run) publish(ctx context.Context, g []row) {
 			again++
 		}
 		ordering.Stamp{Producer: producer, Seq: ordering.MakeSeq(0, uint32(e.seq))}.Put(h)
-		b.results = append(b.results, ru.r.pub.Publish(ctx, &publisher.Message{Data: e.data, Headers: h}, publisher.WithOrderingKey(e.key)))
+		// Each event after the run's first goes WithAfter the one before:
+		// if one fails, none after it is sent, even once its failure has
+		// been reported and the key resumed (P5).
+		var prev *publisher.Result
+		if n := len(b.results); n > 0 {
+			prev = b.results[n-1]
+		}
+		b.results = append(b.results, ru.r.pub.Publish(ctx, &publisher.Message{Data: e.data, Headers: h},
+			publisher.WithOrderingKey(e.key), publisher.WithAfter(prev)))
 	}
 	if len(b.results) == 0 {
 		return
