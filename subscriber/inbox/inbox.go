@@ -19,7 +19,6 @@ import (
 // message's transaction locks its (key, producer) record first.
 type Inbox struct {
 	db  *sql.DB
-	d   Dialect
 	cfg config
 	q   queries
 	// lock is the statement of every message, prepared once: parsing it
@@ -55,7 +54,7 @@ func New(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) (*Inbox, er
 	if err := createTables(ctx, db, d, cfg.table); err != nil {
 		return nil, err
 	}
-	in := &Inbox{db: db, d: d, cfg: cfg, q: newQueries(d, cfg.table), obs: newRecorder(cfg)}
+	in := &Inbox{db: db, cfg: cfg, q: newQueries(d, cfg.table), obs: newRecorder(cfg)}
 	var err error
 	if in.lock, err = db.PrepareContext(ctx, in.q.lock); err != nil {
 		return nil, err
