@@ -10,6 +10,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 
+	"github.com/keyorder/keyorder/dbtest/pgtest"
 	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/publisher"
@@ -19,7 +20,8 @@ import (
 )
 
 // BenchmarkCommitToApplied measures the time from a change's commit to
-// its effect's commit on the receiving side, on SQLite, with the fake
+// its effect's commit on the receiving side, on SQLite and PostgreSQL,
+// with the fake
 // answering each Publish 25 ms later, side by side:
 //
 //   - direct: the writer publishes the event through keyorder's
@@ -33,18 +35,29 @@ import (
 // It reports the median and the 99th percentile over every event of the
 // run, in ms.
 func BenchmarkCommitToApplied(b *testing.B) {
-	for _, side := range []string{"direct", "outbox"} {
-		b.Run(side, func(b *testing.B) {
-			var all []time.Duration
-			for range b.N {
-				all = append(all, latencyRound(b, side == "outbox")...)
-			}
-			p50, p99 := percentiles(all)
-			b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms")
-			b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
-			b.ReportMetric(0, "ns/op")
-		})
+	for _, db := range []string{"sqlite", "postgres"} {
+		for _, side := range []string{"direct", "outbox"} {
+			b.Run(db+"/"+side, func(b *testing.B) {
+				var all []time.Duration
+				for range b.N {
+					all = append(all, latencyRound(b, benchStores(b, db), side == "outbox")...)
+				}
+				p50, p99 := percentiles(all)
+				b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms")
+				b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
+				b.ReportMetric(0, "ns/op")
+			})
+		}
 	}
+}
+
+// benchStores returns the DSNs of a round's two databases.
+func benchStores(b *testing.B, db string) config {
+	if db == "postgres" {
+		return config{source: "postgres:" + pgtest.DSN(b), sink: "postgres:" + pgtest.DSN(b)}
+	}
+	dir := b.TempDir()
+	return config{source: filepath.Join(dir, "w.db"), sink: filepath.Join(dir, "r.db")}
 }
 
 const (
@@ -54,7 +67,7 @@ const (
 
 // latencyRound runs one round and returns each event's commit-to-applied
 // time.
-func latencyRound(b *testing.B, viaOutbox bool) []time.Duration {
+func latencyRound(b *testing.B, cfg config, viaOutbox bool) []time.Duration {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	srv, err := orderingtest.New(orderingtest.WithLatency(25 * time.Millisecond))
@@ -65,8 +78,6 @@ func latencyRound(b *testing.B, viaOutbox bool) []time.Duration {
 	defer client.Close()
 	sub, err := subscriber.CreateWithTopic(ctx, client, topicID, subID, subscriber.WithWorkers(4))
 	must(b, err)
-	dir := b.TempDir()
-	cfg := config{source: filepath.Join(dir, "w.db"), sink: filepath.Join(dir, "r.db")}
 	must(b, prepareStores(ctx, cfg))
 	source, err := openStore(cfg.source)
 	must(b, err)
