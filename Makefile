@@ -1,10 +1,12 @@
 # keyorder: every target needs only Go; modules come from the Go module proxy.
-# The examples are a module of their own (examples/go.mod), joined to the
-# library's by go.work, so that a user of the library never gets their
-# dependencies; every target covers both modules.
+# The examples and the database tests are modules of their own
+# (examples/go.mod, dbtest/go.mod), joined to the library's by go.work, so
+# that a user of the library never gets their dependencies (SQLite, pgx);
+# every target covers the three modules. The PostgreSQL tests need
+# Debian's postgresql package (.ci/run installs it) and skip without it.
 
 GO            ?= go
-PKGS          := ./... ./examples/...
+PKGS          := ./... ./examples/... ./dbtest/...
 STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCH         ?= .
 BENCHCOUNT    ?= 6

@@ -4,7 +4,9 @@ go 1.26.0
 
 require (
 	cloud.google.com/go/pubsub/v2 v2.9.0
+	github.com/jackc/pgx/v5 v5.12.0
 	github.com/keyorder/keyorder v0.0.0
+	github.com/keyorder/keyorder/dbtest v0.0.0
 	github.com/stretchr/testify v1.12.1
 	google.golang.org/api v0.312.0
 	google.golang.org/grpc v1.85.0
@@ -28,6 +30,9 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/googleapis/enterprise-certificate-proxy v0.3.25 // indirect
 	github.com/googleapis/gax-go/v2 v2.27.0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
@@ -58,4 +63,7 @@ require (
 )
 
 // The examples are built against the library beside them, never a release.
-replace github.com/keyorder/keyorder => ../
+replace (
+	github.com/keyorder/keyorder => ../
+	github.com/keyorder/keyorder/dbtest => ../dbtest
+)

@@ -126,8 +126,12 @@ func (p *Publisher) gate(key string) *keyState {
 	return ks
 }
 
-// enqueue hands r to its key's gate, which sends it now or holds it (P5).
-func (p *Publisher) enqueue(ctx context.Context, r *Result) {
+// enqueue hands r to its key's gate, which sends it now or holds it (P5),
+// or fails it unsent if after, WithAfter's, has failed: checked with the
+// gate's mutex held, with which a failure and its tail are reported, so
+// that a failure of after reported a moment earlier is seen, and one
+// reported later fails r with the tail.
+func (p *Publisher) enqueue(ctx context.Context, r *Result, after *Result) {
 	key := r.msg.OrderingKey
 	sh := p.shard(key)
 	sh.mu.Lock()
@@ -143,10 +147,16 @@ func (p *Publisher) enqueue(ctx context.Context, r *Result) {
 	ks.mu.Lock()
 	sh.mu.Unlock()
 	defer ks.mu.Unlock()
-	r.gate = ks
 	if !ks.watched {
 		p.lookLazily(ks, r.start)
 	}
+	if after != nil && after.hasFailed() {
+		// A gate made for r alone is left empty: its watcher, or the
+		// shard's tick for a lazy gate, deletes it.
+		p.skipAfter(r, after)
+		return
+	}
+	r.gate = ks
 	p.rec.account(key, &ks.rate, r)
 	if p.stamps != nil {
 		p.stamp(ks, r)

@@ -103,7 +103,8 @@ func WithPublishSettings(s pubsub.PublishSettings) Option {
 // A PublishOption configures one call to [Publisher.Publish]. It is a small
 // value rather than a function, so that passing one costs no allocation.
 type PublishOption struct {
-	key string
+	key   string
+	after *Result
 }
 
 // WithOrderingKey sets the message's ordering key. It takes precedence over
@@ -111,4 +112,24 @@ type PublishOption struct {
 // An empty key has no effect.
 func WithOrderingKey(key string) PublishOption {
 	return PublishOption{key: key}
+}
+
+// WithAfter makes the message follow prev, the Result of an earlier
+// message of the same key, whatever happens to prev: if prev has failed
+// when Publish is called, the message is not sent, and its Result fails
+// at once with prev's cause, as its tail does (a [*PublishError] with
+// Skipped set); if prev is still pending, the message is in prev's tail
+// and fails with it (P4).
+//
+// A run of a key's messages, each published WithAfter the one before, so
+// never has a later message reach the topic after an earlier one that
+// failed. Without it, a message of the run published just after its
+// predecessor's failure was reported is sent once the key resumes (P5),
+// after the failed one: out of order, if the caller then publishes the
+// failed one again, as publisher/outbox's relay does with a failed run.
+//
+// For a prev of another key, or of none, the check is made when Publish
+// is called, and promises no more. A nil prev has no effect.
+func WithAfter(prev *Result) PublishOption {
+	return PublishOption{after: prev}
 }

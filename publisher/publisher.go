@@ -2,6 +2,7 @@ package publisher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"sync"
@@ -135,9 +136,13 @@ func New(client *pubsub.Client, topicID string, opts ...Option) (*Publisher, err
 // returns a Result with ctx.Err(), and nothing is sent.
 func (p *Publisher) Publish(ctx context.Context, msg *Message, opts ...PublishOption) *Result {
 	var callKey string
+	var after *Result
 	for _, opt := range opts {
 		if opt.key != "" {
 			callKey = opt.key
+		}
+		if opt.after != nil {
+			after = opt.after
 		}
 	}
 	// The Result is made first and the message prepared in it, which
@@ -162,18 +167,40 @@ func (p *Publisher) Publish(ctx context.Context, msg *Message, opts ...PublishOp
 		}
 		return p.refuse(r, ErrClosed)
 	}
-	p.send(ctx, r)
+	if after != nil && after.hasFailed() {
+		// Checked again in the gate, where it is decided; this saves
+		// making a gate for nothing.
+		return p.skipAfter(r, after)
+	}
+	p.send(ctx, r, after)
 	return r
 }
 
 // send hands r, with its room reserved, to its key's gate, or to the
-// official client if it has no key. closeMu is held for reading.
-func (p *Publisher) send(ctx context.Context, r *Result) {
+// official client if it has no key; after is WithAfter's. closeMu is held
+// for reading.
+func (p *Publisher) send(ctx context.Context, r *Result, after *Result) {
 	if r.msg.OrderingKey != "" {
-		p.enqueue(ctx, r)
+		p.enqueue(ctx, r, after)
 		return
 	}
 	p.sendUnordered(ctx, r)
+}
+
+// skipAfter fails r, unsent, with the cause of after's failure, as a
+// message of after's tail (WithAfter), and releases its room.
+func (p *Publisher) skipAfter(r *Result, after *Result) *Result {
+	if p.flow != nil && r.room {
+		r.room = false
+		p.flow.release(r.size)
+	}
+	cause := after.err
+	var pe *PublishError
+	if errors.As(cause, &pe) {
+		cause = pe.Err
+	}
+	p.rec.counted(outSkipped)
+	return r.fail(&PublishError{Key: r.msg.OrderingKey, Err: cause, Skipped: true})
 }
 
 // Flush sends every message published before the call without waiting for

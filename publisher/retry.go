@@ -105,7 +105,7 @@ func (p *Publisher) Retry(ctx context.Context, failed ...*Result) ([]*Result, er
 	retried := make([]*Result, len(failed))
 	for _, i := range order {
 		r := &Result{msg: msgs[i], size: failed[i].size, seq: failed[i].seq, room: p.flow != nil, start: p.rec.now()}
-		p.send(ctx, r)
+		p.send(ctx, r, nil)
 		retried[i] = r
 	}
 	for _, r := range failed {

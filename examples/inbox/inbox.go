@@ -4,28 +4,30 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
+	"strconv"
 
 	_ "modernc.org/sqlite" // the pure-Go SQLite driver, registered as "sqlite"
 
 	"github.com/keyorder/keyorder/subscriber"
+	"github.com/keyorder/keyorder/subscriber/inbox"
 )
 
-// An inbox is the receiver's own store: the accounts the messages change,
-// and, per key and producer, the last sequence number applied. Both are
-// written in one transaction, so after a crash the store holds a message's
-// effect exactly when it holds its number, and a redelivery of a message
-// applied before the crash changes nothing.
-type inbox struct{ db *sql.DB }
+// store is the receiver's own database: the accounts the deposits change,
+// and keyorder's inbox, the record of the stamps applied (package
+// subscriber/inbox). The inbox writes a deposit's record in the
+// transaction that applies it, so after a crash the store holds a
+// deposit's effect exactly when it holds its record, and a redelivery of
+// a deposit applied before the crash changes nothing.
+type store struct {
+	db *sql.DB
+	in *inbox.Inbox
+}
 
-// schema is the inbox's tables. journal has no unique constraint, on
-// purpose: it records each application, so that a check can count them.
+// schema is the receiver's own tables. journal has no unique constraint,
+// on purpose: it records each application, so that the check can count
+// them. counters holds what the receivers report, for the check.
 const schema = `
-CREATE TABLE IF NOT EXISTS inbox (
-	key      TEXT    NOT NULL,
-	producer TEXT    NOT NULL,
-	last_seq INTEGER NOT NULL,
-	PRIMARY KEY (key, producer)
-);
 CREATE TABLE IF NOT EXISTS accounts (
 	key     TEXT PRIMARY KEY,
 	balance INTEGER NOT NULL
@@ -42,84 +44,67 @@ CREATE TABLE IF NOT EXISTS counters (
 	n    INTEGER NOT NULL
 );`
 
-// openInbox opens, or creates, the inbox in the SQLite file at path. It is
-// written by one connection at a time, and in WAL mode, so that a process
-// killed in the middle of a transaction leaves the file as it was before
-// the transaction, and the next process that opens it finds it so.
-func openInbox(path string) (*inbox, error) {
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
+// openStore opens, or creates, the store in the SQLite file at path. WAL,
+// so that a process killed in the middle of a transaction leaves the file
+// as it was before the transaction; a busy timeout, so that the writers
+// take turns rather than fail (the inbox's lock, on SQLite, is the
+// database's write lock); immediate transactions, which take that lock at
+// BEGIN.
+func openStore(ctx context.Context, path string, log *slog.Logger) (*store, error) {
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate")
 	if err != nil {
 		return nil, err
 	}
-	db.SetMaxOpenConns(1)
-	if _, err := db.Exec(schema); err != nil {
+	if _, err := db.ExecContext(ctx, schema); err != nil {
 		_ = db.Close()
-		return nil, fmt.Errorf("inbox %s: %w", path, err)
+		return nil, fmt.Errorf("store %s: %w", path, err)
 	}
-	return &inbox{db: db}, nil
+	in, err := inbox.New(ctx, db, inbox.SQLite, inbox.WithLogger(log))
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("store %s: %w", path, err)
+	}
+	return &store{db: db, in: in}, nil
 }
 
-func (in *inbox) Close() error { return in.db.Close() }
+func (s *store) Close() error { return s.db.Close() }
 
-// apply adds amount to d.Key's balance, unless d was applied before, and
-// reports whether it did. Its number and its effect are written in one
-// transaction: the number first, with the conditional update that is the
-// whole of the check, then, if it moved, the effect.
-func (in *inbox) apply(ctx context.Context, d *subscriber.Delivery, amount int64) (applied bool, err error) {
-	tx, err := in.db.BeginTx(ctx, nil)
+// handler is the receiver's handler: the inbox's, around deposit.
+func (s *store) handler() subscriber.Handler { return s.in.Handler(deposit) }
+
+// deposit adds the message's amount to its account, in tx, the inbox's
+// transaction, and journals it. The inbox calls it only for a deposit not
+// applied before, by this process or the one killed.
+func deposit(ctx context.Context, tx *sql.Tx, d *subscriber.Delivery) error {
+	amount, err := strconv.ParseInt(string(d.Data), 10, 64)
 	if err != nil {
-		return false, err
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
-	// The one-line check: move the key's last applied number forward, or
-	// change nothing if d's number is not past it.
-	res, err := tx.ExecContext(ctx, `INSERT INTO inbox (key, producer, last_seq) VALUES (?, ?, ?)
-		ON CONFLICT (key, producer) DO UPDATE SET last_seq = excluded.last_seq WHERE excluded.last_seq > inbox.last_seq`,
-		d.Key, d.Producer, int64(d.Seq))
-	if err != nil {
-		return false, err
-	}
-	moved, err := res.RowsAffected()
-	if err != nil {
-		return false, err
-	}
-	if moved == 0 {
-		// Applied before: count it, so that the check can show that
-		// redeliveries came and changed nothing.
-		if err := bump(ctx, tx, "redelivered"); err != nil {
-			return false, err
-		}
-		return false, tx.Commit()
+		return subscriber.Permanent(fmt.Errorf("message %s: %w", d.ID, err))
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO accounts (key, balance) VALUES (?, ?)
 		ON CONFLICT (key) DO UPDATE SET balance = balance + excluded.balance`, d.Key, amount); err != nil {
-		return false, err
+		return err
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO journal (key, producer, seq, amount, message_id) VALUES (?, ?, ?, ?, ?)`,
-		d.Key, d.Producer, int64(d.Seq), amount, d.ID); err != nil {
-		return false, err
-	}
-	return true, tx.Commit()
+	_, err = tx.ExecContext(ctx, `INSERT INTO journal (key, producer, seq, amount, message_id) VALUES (?, ?, ?, ?, ?)`,
+		d.Key, d.Producer, int64(d.Seq), amount, d.ID)
+	return err
 }
 
-func bump(ctx context.Context, tx *sql.Tx, name string) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO counters (name, n) VALUES (?, 1)
-		ON CONFLICT (name) DO UPDATE SET n = n + 1`, name)
+// addRedelivered adds n to the count of deliveries the inbox found applied
+// already, which a receiver reports as it exits.
+func (s *store) addRedelivered(ctx context.Context, n int64) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO counters (name, n) VALUES ('redelivered', ?)
+		ON CONFLICT (name) DO UPDATE SET n = n + excluded.n`, n)
 	return err
 }
 
 // applied returns how many effects the journal holds.
-func (in *inbox) applied(ctx context.Context) (int, error) {
+func (s *store) applied(ctx context.Context) (int, error) {
 	var n int
-	err := in.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM journal`).Scan(&n)
+	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM journal`).Scan(&n)
 	return n, err
 }
 
-// report is what the inbox holds, for the check.
+// report is what the store holds, for the check.
 type report struct {
 	applied     int              // effects in the journal
 	twice       []string         // "key#seq" applied more than once
@@ -127,15 +112,15 @@ type report struct {
 	redelivered int              // deliveries found applied already
 }
 
-func (in *inbox) report(ctx context.Context) (report, error) {
+func (s *store) report(ctx context.Context) (report, error) {
 	rep := report{balances: map[string]int64{}}
-	if err := in.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM journal`).Scan(&rep.applied); err != nil {
+	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM journal`).Scan(&rep.applied); err != nil {
 		return rep, err
 	}
-	if err := in.db.QueryRowContext(ctx, `SELECT COALESCE((SELECT n FROM counters WHERE name = 'redelivered'), 0)`).Scan(&rep.redelivered); err != nil {
+	if err := s.db.QueryRowContext(ctx, `SELECT COALESCE((SELECT n FROM counters WHERE name = 'redelivered'), 0)`).Scan(&rep.redelivered); err != nil {
 		return rep, err
 	}
-	rows, err := in.db.QueryContext(ctx, `SELECT key, seq, COUNT(*) FROM journal GROUP BY key, producer, seq HAVING COUNT(*) > 1 ORDER BY key, seq`)
+	rows, err := s.db.QueryContext(ctx, `SELECT key, seq, COUNT(*) FROM journal GROUP BY key, producer, seq HAVING COUNT(*) > 1 ORDER BY key, seq`)
 	if err != nil {
 		return rep, err
 	}
@@ -153,7 +138,7 @@ func (in *inbox) report(ctx context.Context) (report, error) {
 	if err := rows.Close(); err != nil {
 		return rep, err
 	}
-	rows, err = in.db.QueryContext(ctx, `SELECT key, balance FROM accounts`)
+	rows, err = s.db.QueryContext(ctx, `SELECT key, balance FROM accounts`)
 	if err != nil {
 		return rep, err
 	}

@@ -5,11 +5,11 @@
 // message's effect and before its ack reached the service gets the message
 // again, and keyorder's in-memory checks (the ID window, the sequence
 // window) died with it. The receiver's store must tell. Here the store is
-// SQLite (modernc.org/sqlite, pure Go), and each deposit is applied in one
-// transaction that moves the key's last applied sequence number forward,
-// with a conditional update, and changes the balance only if it moved
-// (see inbox.apply). A redelivery of a deposit applied before the crash
-// finds its number applied and changes nothing.
+// SQLite (modernc.org/sqlite, pure Go), and the receiver's handler is
+// keyorder's inbox (subscriber/inbox): each deposit is applied in the
+// transaction that records its stamp, so a redelivery of a deposit
+// applied before the crash finds its stamp recorded, commits nothing, and
+// is acked.
 //
 // The program runs the whole story on an embedded ordering/orderingtest
 // server:
@@ -30,8 +30,8 @@
 //
 // The deposits are published through keyorder's publisher, which stamps
 // each with its producer ID and its number in the producer's sequence for
-// its account (see ordering.Stamp); the receiver's store keeps the last
-// number applied per account and producer.
+// its account (see ordering.Stamp); the inbox keeps the last number
+// applied per account and producer, in the store's own table.
 package main
 
 import (
@@ -40,6 +40,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -172,12 +173,12 @@ func run(ctx context.Context, cfg config, spawn func(args ...string) *exec.Cmd, 
 	}
 	_ = first.Wait() // killed
 	lost.Remove()
-	in, err := openInbox(cfg.db)
+	st, err := openStore(ctx, cfg.db, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return oc, err
 	}
-	defer in.Close()
-	if oc.atKill, err = in.applied(ctx); err != nil {
+	defer st.Close()
+	if oc.atKill, err = st.applied(ctx); err != nil {
 		return oc, err
 	}
 	fmt.Fprintf(out, "killed the receiver with %d of %d deposits applied and %d acks lost\n", oc.atKill, total, lost.Hits())
@@ -190,7 +191,7 @@ func run(ctx context.Context, cfg config, spawn func(args ...string) *exec.Cmd, 
 		return oc, fmt.Errorf("the second receiver: %w", err)
 	}
 
-	if oc.report, err = in.report(ctx); err != nil {
+	if oc.report, err = st.report(ctx); err != nil {
 		return oc, err
 	}
 	return oc, check(oc.report, cfg, srv.Stats(sub.Name()), out)

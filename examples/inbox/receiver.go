@@ -6,7 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strconv"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -42,45 +42,34 @@ func receiveMain(args []string, log io.Writer) int {
 	return 0
 }
 
-// receive runs the subscription's Receive until the inbox at path holds
-// expect effects.
+// receive runs the subscription's Receive until the store at path holds
+// expect effects, then adds the copies its inbox found to the store's
+// count of redeliveries.
 func receive(ctx context.Context, addr, subID, path string, expect int, log io.Writer) error {
-	in, err := openInbox(path)
+	st, err := openStore(ctx, path, slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if err != nil {
 		return err
 	}
-	defer in.Close()
+	defer st.Close()
 	client, err := harness.ConnectProject(ctx, addr, harness.ExampleProject())
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	sub, err := subscriber.Open(ctx, client, subID,
-		subscriber.WithWorkers(4),
-		subscriber.WithGapHandler(func(g subscriber.Gap) {
-			fmt.Fprintf(log, "gap: %s from %s: numbers %d to %d never arrived\n", g.Key, g.Producer, g.From, g.To)
-		}))
+	sub, err := subscriber.Open(ctx, client, subID, subscriber.WithWorkers(4))
 	if err != nil {
 		return err
 	}
 
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
-	var done atomic.Bool // the inbox holds every effect
-
+	var done atomic.Bool // the store holds every effect
+	apply := st.handler()
 	err = sub.Receive(rctx, func(ctx context.Context, d *subscriber.Delivery) error {
-		if d.Seq == 0 {
-			// Without a stamp nothing tells a redelivery from a new deposit.
-			return subscriber.Permanent(fmt.Errorf("message %s has no stamp", d.ID))
-		}
-		amount, err := strconv.ParseInt(string(d.Data), 10, 64)
-		if err != nil {
-			return subscriber.Permanent(fmt.Errorf("message %s: %w", d.ID, err))
-		}
-		if _, err := in.apply(ctx, d, amount); err != nil {
+		if err := apply(ctx, d); err != nil {
 			return err // retried; the transaction left nothing behind
 		}
-		if n, err := in.applied(ctx); err == nil && n >= expect {
+		if n, err := st.applied(ctx); err == nil && n >= expect {
 			done.Store(true)
 			stop()
 		}
@@ -90,7 +79,7 @@ func receive(ctx context.Context, addr, subID, path string, expect int, log io.W
 	case err != nil:
 		return err
 	case !done.Load():
-		return errors.Join(ctx.Err(), fmt.Errorf("the inbox does not hold %d effects", expect))
+		return errors.Join(ctx.Err(), fmt.Errorf("the store does not hold %d effects", expect))
 	}
-	return nil
+	return st.addRedelivered(ctx, st.in.Stats().Copies)
 }

@@ -20,8 +20,9 @@ var docs = []string{"README.md", "FIGURES.md"}
 // sources maps each directory whose logs the documents list to the
 // prefix its messages begin with.
 var sources = map[string]string{
-	"publisher":  "keyorder/publisher: ",
-	"subscriber": "keyorder/subscriber: ",
+	"publisher":        "keyorder/publisher: ",
+	"publisher/outbox": "keyorder/outbox: ",
+	"subscriber":       "keyorder/subscriber: ",
 }
 
 // A document writes a log message in full, in backticks, prefix included:

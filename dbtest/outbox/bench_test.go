@@ -1,0 +1,147 @@
+package outbox_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/keyorder/keyorder/ordering/orderingtest"
+	"github.com/keyorder/keyorder/publisher"
+	"github.com/keyorder/keyorder/publisher/outbox"
+)
+
+// BenchmarkRelayThroughput measures a relay's throughput, in events per
+// second from the commit of a backlog to its last event taken by the
+// service, beside keyorder's publisher alone publishing the same events
+// (same keys, same data) and waiting for their results, on the same fake
+// server, in alternating rounds of one run. Each iteration is one round
+// of each; the metrics are the medians over the rounds, and the median of
+// the rounds' ratios.
+func BenchmarkRelayThroughput(b *testing.B) {
+	for _, lat := range []time.Duration{0, 5 * time.Millisecond} {
+		for _, k := range kinds {
+			b.Run(fmt.Sprintf("%s/latency=%v", k.name, lat), func(b *testing.B) { benchRelay(b, k, lat) })
+		}
+	}
+}
+
+const (
+	benchEvents = 2000
+	benchKeys   = 50
+)
+
+func benchRelay(b *testing.B, k dbKind, lat time.Duration) {
+	ctx := context.Background()
+	db := k.open(b)
+	ob, err := outbox.New(ctx, db, k.dialect)
+	require.NoError(b, err)
+	e := newEnv(b, orderingtest.WithLatency(lat))
+	r, err := outbox.NewRelay(ob, e.publisher(b), outbox.WithLogger(quiet), outbox.WithPollInterval(5*time.Millisecond))
+	require.NoError(b, err)
+	runRelay(b, r)
+	alone, err := publisher.New(e.client, e.topic, publisher.WithLogger(quiet))
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = alone.Close(ctx) })
+	msgs := make([]*publisher.Message, benchEvents)
+	for i := range msgs {
+		msgs[i] = &publisher.Message{Data: fmt.Appendf(nil, "event %d, some bytes of payload to carry", i)}
+	}
+	key := func(i int) string { return fmt.Sprintf("key-%d", i%benchKeys) }
+
+	relayRound := func() time.Duration {
+		target := r.Stats().Published + benchEvents
+		tx, err := db.BeginTx(ctx, nil)
+		require.NoError(b, err)
+		for i, m := range msgs {
+			require.NoError(b, ob.Add(ctx, tx, key(i), m))
+		}
+		require.NoError(b, tx.Commit())
+		start := time.Now()
+		for r.Stats().Published < target {
+			time.Sleep(200 * time.Microsecond) // a measurement's resolution, not a synchronisation
+		}
+		return time.Since(start)
+	}
+	aloneRound := func() time.Duration {
+		start := time.Now()
+		rs := make([]*publisher.Result, len(msgs))
+		for i, m := range msgs {
+			rs[i] = alone.Publish(ctx, m, publisher.WithOrderingKey(key(i)))
+		}
+		for _, res := range rs {
+			_, err := res.Get(ctx)
+			require.NoError(b, err)
+		}
+		return time.Since(start)
+	}
+	var relayRate, aloneRate, ratio []float64
+	b.ResetTimer()
+	for i := range b.N {
+		var dr, da time.Duration
+		if i%2 == 0 {
+			dr, da = relayRound(), aloneRound()
+		} else {
+			da, dr = aloneRound(), relayRound()
+		}
+		relayRate = append(relayRate, benchEvents/dr.Seconds())
+		aloneRate = append(aloneRate, benchEvents/da.Seconds())
+		ratio = append(ratio, da.Seconds()/dr.Seconds())
+	}
+	b.StopTimer()
+	b.ReportMetric(median(relayRate), "relay-ev/s")
+	b.ReportMetric(median(aloneRate), "publisher-ev/s")
+	b.ReportMetric(median(ratio), "relay/publisher")
+	b.ReportMetric(0, "ns/op")
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// BenchmarkAdd measures a writer's cost of the outbox: a transaction that
+// adds one event with Add, beside one that inserts the same bytes into a
+// table of its own, as a service that publishes after its commit would
+// record its change. Run with -count to alternate the sides.
+func BenchmarkAdd(b *testing.B) {
+	for _, k := range kinds {
+		b.Run(k.name, func(b *testing.B) {
+			ctx := context.Background()
+			db := k.open(b)
+			ob, err := outbox.New(ctx, db, k.dialect)
+			require.NoError(b, err)
+			_, err = db.ExecContext(ctx, `CREATE TABLE plain (id BIGINT PRIMARY KEY, key TEXT NOT NULL, data `+map[outbox.Dialect]string{outbox.SQLite: "BLOB", outbox.PostgreSQL: "BYTEA"}[k.dialect]+`)`)
+			require.NoError(b, err)
+			insert := `INSERT INTO plain (id, key, data) VALUES (?, ?, ?)`
+			if k.dialect == outbox.PostgreSQL {
+				insert = `INSERT INTO plain (id, key, data) VALUES ($1, $2, $3)`
+			}
+			msg := &publisher.Message{Data: []byte("event, some bytes of payload to carry")}
+			var id int64
+			tx1 := func(b *testing.B, f func(tx *sql.Tx, key string) error) {
+				for i := 0; b.Loop(); i++ {
+					tx, err := db.BeginTx(ctx, nil)
+					require.NoError(b, err)
+					require.NoError(b, f(tx, fmt.Sprintf("key-%d", i%benchKeys)))
+					require.NoError(b, tx.Commit())
+				}
+			}
+			b.Run("outbox", func(b *testing.B) {
+				tx1(b, func(tx *sql.Tx, key string) error { return ob.Add(ctx, tx, key, msg) })
+			})
+			b.Run("insert", func(b *testing.B) {
+				tx1(b, func(tx *sql.Tx, key string) error {
+					id++
+					_, err := tx.ExecContext(ctx, insert, id, key, msg.Data)
+					return err
+				})
+			})
+		})
+	}
+}

@@ -1,0 +1,42 @@
+package outbox_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/keyorder/keyorder/internal/harness"
+	"github.com/keyorder/keyorder/publisher/outbox"
+)
+
+// TestRelayPublishesInOrder is the happy path: events of several keys,
+// committed in several transactions, reach the topic once each, in commit
+// order per key, stamped as the outbox, and leave the outbox.
+func TestRelayPublishesInOrder(t *testing.T) {
+	t.Parallel()
+	eachDB(t, func(t *testing.T, k dbKind) {
+		t.Parallel()
+		ctx := harness.Context(t, testTimeout)
+		db, e := k.open(t), newEnv(t)
+		ob, err := outbox.New(ctx, db, k.dialect)
+		require.NoError(t, err)
+		want := map[string][]string{}
+		for i := range 20 {
+			key := fmt.Sprintf("k%d", i%5)
+			d := fmt.Sprintf("%s-%d", key, i)
+			add(t, ctx, db, ob, key, d, d+"b")
+			want[key] = append(want[key], d, d+"b")
+		}
+		r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLogger(quiet))
+		require.NoError(t, err)
+		runRelay(t, r)
+		waitFor(t, e, "the outbox to empty", func() bool { return pending(t, db) == 0 })
+		v := e.view(t, ob.Producer())
+		assert.Empty(t, v.disorder)
+		assert.Equal(t, want, v.firsts)
+		assert.Zero(t, v.copies)
+		assert.EqualValues(t, 40, r.Stats().Published)
+	})
+}

@@ -1,0 +1,176 @@
+package outbox_test
+
+import (
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+
+	"github.com/keyorder/keyorder/internal/harness"
+	"github.com/keyorder/keyorder/ordering/orderingtest"
+	"github.com/keyorder/keyorder/publisher/outbox"
+)
+
+// TestTwoRelaysShareTheShards runs two relays, on database handles of
+// their own, while writers commit: both take a share of the shards, every
+// event is published in commit order per key, and when one stops the
+// other takes its shards at once.
+func TestTwoRelaysShareTheShards(t *testing.T) {
+	t.Parallel()
+	eachDB(t, func(t *testing.T, k dbKind) {
+		t.Parallel()
+		ctx := harness.Context(t, testTimeout)
+		dsn := k.dsn(t)
+		db := k.openDSN(t, dsn)
+		ob, err := outbox.New(ctx, db, k.dialect)
+		require.NoError(t, err)
+		e := newEnv(t, orderingtest.WithLatency(2*time.Millisecond))
+		stop := make(chan struct{})
+		written := writers(t, ctx, db, ob, 20, stop)
+
+		relay := func() (*outbox.Relay, func()) {
+			ob, err := outbox.New(ctx, k.openDSN(t, dsn), k.dialect)
+			require.NoError(t, err)
+			r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLease(1500*time.Millisecond), outbox.WithLogger(quiet))
+			require.NoError(t, err)
+			return r, runRelay(t, r)
+		}
+		a, stopA := relay()
+		b, _ := relay()
+		waitFor(t, e, "both relays to publish", func() bool {
+			sa, sb := a.Stats(), b.Stats()
+			return sa.Published > 0 && sb.Published > 0 && sa.Shards > 0 && sb.Shards > 0
+		})
+		close(stop)
+		want := written()
+		waitFor(t, e, "the outbox to empty", func() bool { return pending(t, db) == 0 })
+		v := e.view(t, ob.Producer())
+		assert.Empty(t, v.disorder)
+		assert.Equal(t, want, v.firsts)
+		t.Logf("relay a: %+v; relay b: %+v; %d copies", a.Stats(), b.Stats(), v.copies)
+
+		stopA()
+		waitFor(t, e, "the other relay to take every shard", func() bool { return b.Stats().Shards == ob.Shards() })
+	})
+}
+
+// TestPublishFaults fails some publishes of two keys: with nothing stored,
+// and stored but answered with an error. The failed events stay in the
+// outbox and are sent again, from the first failed number: the topic
+// holds every event, its first copy in order, and each copy is a counted
+// re-send. The failure is logged once, and so is the recovery.
+func TestPublishFaults(t *testing.T) {
+	t.Parallel()
+	eachDB(t, func(t *testing.T, k dbKind) {
+		t.Parallel()
+		ctx := harness.Context(t, testTimeout)
+		db, e := k.open(t), newEnv(t)
+		ob, err := outbox.New(ctx, db, k.dialect)
+		require.NoError(t, err)
+		failed := e.srv.FailPublish(orderingtest.Key("key-0"), codes.PermissionDenied, 3)
+		lost := e.srv.LosePublishResponses(orderingtest.Key("key-1"), codes.FailedPrecondition, 2)
+		want := map[string][]string{}
+		for i := range 30 {
+			for _, key := range []string{"key-0", "key-1", "key-2"} {
+				d := key + "/" + string(rune('a'+i%26)) + string(rune('0'+i/26))
+				add(t, ctx, db, ob, key, d)
+				want[key] = append(want[key], d)
+			}
+		}
+		var logs harness.Buffer
+		r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithBatchSize(7),
+			outbox.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
+		require.NoError(t, err)
+		runRelay(t, r)
+		waitFor(t, e, "the outbox to empty", func() bool { return pending(t, db) == 0 })
+		assert.Equal(t, 3, failed.Hits())
+		assert.Equal(t, 2, lost.Hits())
+
+		v := e.view(t, ob.Producer())
+		assert.Empty(t, v.disorder)
+		assert.Equal(t, want, v.firsts)
+		st := r.Stats()
+		assert.Positive(t, v.copies, "the lost responses' events were stored, and sent again")
+		assert.LessOrEqual(t, v.copies, int(st.Resent))
+		assert.Positive(t, st.Failed)
+		assert.EqualValues(t, 90, st.Published, "the events the service answered for")
+		out := logs.String()
+		assert.Contains(t, out, `"msg":"keyorder/outbox: key failed","producer":"`+ob.Producer()+`","key":"key-0","seq":1`)
+		assert.Contains(t, out, `"msg":"keyorder/outbox: key recovered","producer":"`+ob.Producer()+`","key":"key-0","failures":3`)
+	})
+}
+
+// TestRelayStoppedAndRestarted stops a relay at random points while
+// writers commit, and runs it again each time, three times; a second Run
+// while one runs is refused. Every event is on the topic once as a first
+// copy, in commit order per key.
+func TestRelayStoppedAndRestarted(t *testing.T) {
+	t.Parallel()
+	eachDB(t, func(t *testing.T, k dbKind) {
+		t.Parallel()
+		ctx := harness.Context(t, testTimeout)
+		db := k.open(t)
+		ob, err := outbox.New(ctx, db, k.dialect)
+		require.NoError(t, err)
+		e := newEnv(t, orderingtest.WithLatency(2*time.Millisecond))
+		stop := make(chan struct{})
+		written := writers(t, ctx, db, ob, 10, stop)
+		r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLogger(quiet), outbox.WithBatchSize(10))
+		require.NoError(t, err)
+		for i := range 3 {
+			stopRun := runRelay(t, r)
+			at := r.Stats().Published + 20 + rand.Int64N(50)
+			waitFor(t, e, "the relay to publish", func() bool { return r.Stats().Published >= at })
+			if i == 0 {
+				assert.ErrorIs(t, r.Run(ctx), outbox.ErrRunning)
+			}
+			stopRun()
+		}
+		close(stop)
+		want := written()
+		runRelay(t, r)
+		waitFor(t, e, "the outbox to empty", func() bool { return pending(t, db) == 0 })
+		v := e.view(t, ob.Producer())
+		assert.Empty(t, v.disorder)
+		assert.Equal(t, want, v.firsts)
+		assert.LessOrEqual(t, v.copies, int(r.Stats().Resent))
+	})
+}
+
+// TestFailureInsideARun fails the first request of a key's long run of
+// events, so that the failure is often reported while the relay is still
+// publishing the run: without WithAfter, the rest of the run was sent once
+// the key resumed (P5), before the failed events went again. Every key's
+// numbers must still reach the topic 1, 2, 3...
+func TestFailureInsideARun(t *testing.T) {
+	t.Parallel()
+	eachDB(t, func(t *testing.T, k dbKind) {
+		t.Parallel()
+		for round := range 3 {
+			ctx := harness.Context(t, testTimeout)
+			db, e := k.open(t), newEnv(t)
+			ob, err := outbox.New(ctx, db, k.dialect)
+			require.NoError(t, err)
+			var data []string
+			for i := range 450 {
+				data = append(data, fmt.Sprintf("k/%d", i+1))
+			}
+			add(t, ctx, db, ob, "k", data...)
+			failed := e.srv.FailPublish(orderingtest.Key("k"), codes.PermissionDenied, 1)
+			r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLogger(quiet))
+			require.NoError(t, err)
+			stop := runRelay(t, r)
+			waitFor(t, e, "the outbox to empty", func() bool { return pending(t, db) == 0 })
+			stop()
+			assert.Equal(t, 1, failed.Hits())
+			v := e.view(t, ob.Producer())
+			assert.Empty(t, v.disorder, "round %d", round)
+			assert.Equal(t, data, v.firsts["k"], "round %d", round)
+		}
+	})
+}

@@ -1,0 +1,112 @@
+// Command outbox tells the whole story of exactly-once, in-order effects
+// across services that crash: a transactional outbox on the writers' side,
+// an inbox on the receivers', and keyorder between them.
+//
+// Writer processes change accounts in their database, each change in one
+// transaction with its event (outbox.Add). Two relay processes publish
+// the events, key by key in commit order, stamped with the outbox's
+// producer ID and each row's number (outbox.Relay). Two receiver replicas
+// apply them to their own database through the inbox (inbox.Handler),
+// which commits each effect together with the record that it was applied.
+//
+// Meanwhile the story does its worst: it kills a relay and a replica with
+// SIGKILL at random points and starts them again, so that keys move
+// between replicas and a relay's last publishes are sent again; it makes
+// the server fail publishes, lose publish responses (so that the service
+// stores events twice), drop acks (so that applied events come back) and
+// deliver events twice.
+//
+// At the end it checks the receivers' journal against the writers'
+// accounts: every event applied exactly once, in commit order per
+// account, with nothing lost, and every balance right. It exits non-zero
+// if any of that does not hold.
+//
+//	go run ./examples/outbox                  # on SQLite files
+//	go run ./examples/outbox -postgres DSN    # on a PostgreSQL server
+//
+// Everything runs on an embedded ordering/orderingtest server.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "-role" {
+		os.Exit(roleMain(os.Args[1:], os.Stderr))
+	}
+	cfg := defaultConfig()
+	flag.IntVar(&cfg.writers, "writers", cfg.writers, "writer processes")
+	flag.IntVar(&cfg.changes, "changes", cfg.changes, "changes per writer")
+	flag.IntVar(&cfg.accounts, "accounts", cfg.accounts, "accounts, one ordering key each")
+	postgres := flag.String("postgres", "", "a PostgreSQL DSN to use (two schemas of it) instead of SQLite files")
+	flag.Parse()
+	exe, err := os.Executable()
+	if err == nil {
+		err = runMain(cfg, *postgres, exe)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "outbox:", err)
+		os.Exit(1)
+	}
+}
+
+func runMain(cfg config, postgres, exe string) error {
+	dir, err := os.MkdirTemp("", "outbox-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	cfg.source, cfg.sink = filepath.Join(dir, "writers.db"), filepath.Join(dir, "receivers.db")
+	if postgres != "" {
+		// One database stands for both services here; their tables do
+		// not meet.
+		cfg.source, cfg.sink = "postgres:"+postgres, "postgres:"+postgres
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	spawn := func(args ...string) *exec.Cmd {
+		return exec.CommandContext(ctx, exe, append([]string{"-role"}, args...)...)
+	}
+	_, err = run(ctx, cfg, spawn, os.Stdout)
+	return err
+}
+
+// roleMain runs one process of the story: a writer, a relay or a replica.
+// Relays and replicas run until SIGTERM (or -timeout) and exit 0.
+func roleMain(args []string, log io.Writer) int {
+	fs := flag.NewFlagSet("outbox -role", flag.ContinueOnError)
+	fs.SetOutput(log)
+	var r role
+	fs.StringVar(&r.name, "role", "", "writer, relay or replica")
+	fs.StringVar(&r.addr, "addr", "", "address of the Pub/Sub server")
+	fs.StringVar(&r.source, "source", "", "the writers' database")
+	fs.StringVar(&r.sink, "sink", "", "the receivers' database")
+	fs.IntVar(&r.id, "id", 0, "this process's number among its role")
+	fs.IntVar(&r.accounts, "accounts", 0, "accounts (writer)")
+	fs.IntVar(&r.changes, "changes", 0, "changes to make (writer)")
+	fs.DurationVar(&r.pace, "pace", 0, "the writer's mean time between two changes")
+	fs.Uint64Var(&r.seed, "seed", 1, "the writer's random seed")
+	timeout := fs.Duration("timeout", 4*time.Minute, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := r.run(ctx); err != nil {
+		fmt.Fprintf(log, "outbox %s %d: %v\n", r.name, r.id, err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/keyorder/keyorder/dbtest/pgtest"
+	"github.com/keyorder/keyorder/internal/harness"
+)
+
+// roleEnv makes the test binary run as one of the story's processes: the
+// test kills and restarts real processes, as the program does.
+const roleEnv = "KEYORDER_OUTBOX_ROLE"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(roleEnv) != "" {
+		os.Exit(roleMain(os.Args[1:], os.Stderr))
+	}
+	pgtest.Main(m)
+}
+
+// spawnSelf starts the story's processes as this test binary.
+func spawnSelf(ctx context.Context) func(args ...string) *exec.Cmd {
+	return func(args ...string) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, os.Args[0], append([]string{"-role"}, args...)...)
+		cmd.Env = append(os.Environ(), roleEnv+"=1")
+		return cmd
+	}
+}
+
+// TestEndToEnd runs the program's story on SQLite files and on PostgreSQL:
+// three writer processes, two relays and two replicas, with a relay and a
+// replica killed with SIGKILL twice each at random points, and publish
+// and ack faults. Every event must be applied exactly once, in commit
+// order per account, with nothing lost.
+func TestEndToEnd(t *testing.T) {
+	for _, db := range []struct {
+		name string
+		dsns func(t *testing.T) (source, sink string)
+	}{
+		{"sqlite", func(t *testing.T) (string, string) {
+			dir := t.TempDir()
+			return filepath.Join(dir, "writers.db"), filepath.Join(dir, "receivers.db")
+		}},
+		{"postgres", func(t *testing.T) (string, string) {
+			return "postgres:" + pgtest.DSN(t), "postgres:" + pgtest.DSN(t)
+		}},
+	} {
+		t.Run(db.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			cfg := defaultConfig()
+			cfg.changes = 100
+			cfg.source, cfg.sink = db.dsns(t)
+			t.Logf("seed %d", cfg.seed)
+			var out harness.Buffer // the processes write it at once
+			oc, err := run(ctx, cfg, spawnSelf(ctx), &out)
+			require.NoError(t, err, "seed %d\n%s", cfg.seed, out.String())
+			assert.Equal(t, cfg.total(), oc.report.applied)
+			assert.Positive(t, oc.relayKills, "a relay was killed")
+			assert.Positive(t, oc.replKills, "a replica was killed")
+			assert.Greater(t, oc.stored, cfg.total(), "copies were stored: the inbox and the stamps had something to skip")
+			assert.Greater(t, oc.delivered, oc.stored, "messages came back")
+			assert.Contains(t, out.String(), "every event applied exactly once")
+			t.Log(out.String())
+		})
+	}
+}
+
+// TestCheckFinds checks that the story's check fails on an event applied
+// twice, one missing, and two out of order.
+func TestCheckFinds(t *testing.T) {
+	cfg := config{writers: 1, changes: 3}
+	good := report{versions: map[string]int64{"a": 3}, balances: map[string][2]int64{"a": {6, 6}},
+		journal: map[string][]int64{"a": {1, 2, 3}}, applied: 3}
+	var out bytes.Buffer
+	require.NoError(t, check(good, cfg, &out))
+	for name, journal := range map[string][]int64{
+		"twice":        {1, 2, 2, 3},
+		"missing":      {1, 3},
+		"out of order": {1, 3, 2},
+	} {
+		bad := good
+		bad.journal = map[string][]int64{"a": journal}
+		bad.applied = len(journal)
+		assert.Error(t, check(bad, cfg, &out), name)
+	}
+	wrong := good
+	wrong.balances = map[string][2]int64{"a": {6, 5}}
+	assert.Error(t, check(wrong, cfg, &out), "a balance that differs")
+}
