@@ -16,8 +16,8 @@ import (
 
 // TestRelayMetrics checks the relay's instruments: published, re-sent
 // and failed events counted as Stats counts them, the shards held, and
-// pending and lag reported, with the producer as the one attribute and
-// no key.
+// pending and lag reported while it runs, with the producer as the one
+// attribute and no key.
 func TestRelayMetrics(t *testing.T) {
 	t.Parallel()
 	eachDB(t, func(t *testing.T, k dbKind) {
@@ -34,7 +34,7 @@ func TestRelayMetrics(t *testing.T) {
 		m := metrictest.NewMeter(t)
 		r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithMeterProvider(m), outbox.WithLogger(slog.New(slog.DiscardHandler)))
 		require.NoError(t, err)
-		runRelay(t, r)
+		stop := runRelay(t, r)
 		waitFor(t, e, "the outbox to empty", func() bool { return pending(t, db) == 0 && r.Stats().Published == 10 })
 
 		got := m.Collect(t, "keyorder.producer", ob.Producer(), []string{"a", "b"})
@@ -46,5 +46,13 @@ func TestRelayMetrics(t *testing.T) {
 		assert.Equal(t, float64(ob.Shards()), got["keyorder.outbox.shards"].Points[""])
 		assert.Contains(t, got, "keyorder.outbox.pending")
 		assert.Equal(t, "s", got["keyorder.outbox.lag"].Unit)
+
+		// Once Run has returned, the gauges are gone: a Relay has no
+		// Close, and one that no longer runs leaves nothing behind.
+		stop()
+		got = m.Collect(t, "keyorder.producer", ob.Producer(), []string{"a", "b"})
+		assert.NotContains(t, got, "keyorder.outbox.pending")
+		assert.NotContains(t, got, "keyorder.outbox.shards")
+		assert.Contains(t, got, "keyorder.outbox.published", "counters keep their counts")
 	})
 }

@@ -75,7 +75,8 @@
 // keyorder.outbox.resent and keyorder.outbox.failed (counters of events),
 // keyorder.outbox.pending and keyorder.outbox.lag (the events waiting in
 // the relay's shards, and the oldest one's age, as of its last lease
-// round), keyorder.outbox.shards. [Relay.Stats] reads the same counts.
+// round), keyorder.outbox.shards; the gauges are reported while Run runs.
+// [Relay.Stats] reads the same counts.
 // Logs ([WithLogger]): a key's failure at Warn, once per episode, and its
 // recovery at Info; a database error at Warn; shards taken over at Info.
 // FIGURES.md (Outbox) lists them word for word.

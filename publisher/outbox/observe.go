@@ -47,9 +47,10 @@ type recorder struct {
 	log *slog.Logger
 
 	published, resent, failed metric.Int64Counter
-	// gauges is the callback of the gauges, registered for the Relay's
-	// life: a Relay has no Close, and its gauges read atomics only.
-	gauges metric.Registration // nil if registering failed
+	// gauges registers the gauges' callback and returns what
+	// unregisters it: Run does both, so that a Relay that no longer
+	// runs, a Relay has no Close, leaves nothing in the provider.
+	gauges func() (unregister func())
 	as     metric.MeasurementOption
 
 	nPublished, nResent, nFailed atomic.Int64
@@ -87,8 +88,16 @@ func newRecorder(cfg *relayConfig, producer string) *recorder {
 	if err := errors.Join(errs...); err != nil {
 		log.Warn("keyorder/outbox: metrics", "error", err)
 	}
+	o.gauges = func() func() { return func() {} }
 	if pending != nil && lag != nil && shards != nil {
-		o.gauges, _ = m.RegisterCallback(o.observe(pending, lag, shards), pending, lag, shards)
+		cb := o.observe(pending, lag, shards)
+		o.gauges = func() func() {
+			reg, err := m.RegisterCallback(cb, pending, lag, shards)
+			if err != nil || reg == nil {
+				return func() {}
+			}
+			return func() { _ = reg.Unregister() }
+		}
 	}
 	return o
 }

@@ -86,6 +86,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	defer r.running.Store(false)
+	defer r.rec.gauges()()
 	ru := newRun(r)
 	defer ru.wg.Wait()
 	defer ru.stopWaiting()
