@@ -30,8 +30,7 @@ func TestAddRefusesBadInput(t *testing.T) {
 		t.Parallel()
 		ctx := harness.Context(t, testTimeout)
 		db := k.open(t)
-		ob, err := outbox.New(ctx, db, k.dialect)
-		require.NoError(t, err)
+		ob := newOutbox(t, ctx, db, k)
 		assert.ErrorIs(t, ob.Add(ctx, nil, "k", &publisher.Message{Data: []byte("x")}), outbox.ErrNilTx)
 		for _, tc := range cases {
 			tx, err := db.BeginTx(ctx, nil)

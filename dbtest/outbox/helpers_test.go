@@ -87,6 +87,14 @@ func (e *env) publisher(t testing.TB, opts ...publisher.Option) *publisher.Publi
 
 var quiet = slog.New(slog.DiscardHandler)
 
+// newOutbox makes, or opens, the outbox on db, failing t if it cannot.
+func newOutbox(t testing.TB, ctx context.Context, db *sql.DB, k dbKind) *outbox.Outbox {
+	t.Helper()
+	ob, err := outbox.New(ctx, db, k.dialect)
+	require.NoError(t, err)
+	return ob
+}
+
 // add commits one transaction that adds msgs to key.
 func add(t testing.TB, ctx context.Context, db *sql.DB, ob *outbox.Outbox, key string, data ...string) {
 	t.Helper()

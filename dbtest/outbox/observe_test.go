@@ -24,8 +24,7 @@ func TestRelayMetrics(t *testing.T) {
 		t.Parallel()
 		ctx := harness.Context(t, testTimeout)
 		db, e := k.open(t), newEnv(t)
-		ob, err := outbox.New(ctx, db, k.dialect)
-		require.NoError(t, err)
+		ob := newOutbox(t, ctx, db, k)
 		e.srv.LosePublishResponses(orderingtest.Key("b"), codes.FailedPrecondition, 1)
 		for range 5 {
 			add(t, ctx, db, ob, "a", "x")

@@ -20,8 +20,7 @@ func TestRelayPublishesInOrder(t *testing.T) {
 		t.Parallel()
 		ctx := harness.Context(t, testTimeout)
 		db, e := k.open(t), newEnv(t)
-		ob, err := outbox.New(ctx, db, k.dialect)
-		require.NoError(t, err)
+		ob := newOutbox(t, ctx, db, k)
 		want := map[string][]string{}
 		for i := range 20 {
 			key := fmt.Sprintf("k%d", i%5)
