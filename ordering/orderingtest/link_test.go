@@ -45,7 +45,11 @@ func TestLink(t *testing.T) {
 
 	link.Cut()
 	err = get(300 * time.Millisecond)
-	assert.True(t, status.Code(err) == codes.Unavailable || errors.Is(err, context.DeadlineExceeded), "cut: %v", err)
+	// A cut link fails the call: at once with Unavailable once the client
+	// has seen its connection refused, or at the deadline while the client
+	// is still reconnecting, which a loaded machine makes common.
+	code := status.Code(err)
+	assert.True(t, code == codes.Unavailable || code == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded), "cut: %v", err)
 	link.Restore()
 	require.NoError(t, get(testTimeout), "restored after a cut")
 
