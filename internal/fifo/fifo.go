@@ -56,6 +56,33 @@ func (q *Queue[T]) PushFront(v T) {
 	q.n++
 }
 
+// Insert puts v at position i, 0 <= i <= Len, so that it is the i-th
+// oldest item: Insert(0, v) is PushFront(v), and Insert(Len(), v) is
+// Push(v). It costs O(1) at either end, and moves the items on the
+// shorter side of i otherwise.
+func (q *Queue[T]) Insert(i int, v T) {
+	if i < 0 || i > q.n {
+		panic("fifo: index out of range")
+	}
+	if q.n == len(q.buf) {
+		q.grow()
+	}
+	if i < q.n-i {
+		// Move the i oldest items one place towards the front.
+		q.head = q.at(len(q.buf) - 1)
+		for k := 0; k < i; k++ {
+			q.buf[q.at(k)] = q.buf[q.at(k+1)]
+		}
+	} else {
+		// Move the items from i on one place towards the back.
+		for k := q.n; k > i; k-- {
+			q.buf[q.at(k)] = q.buf[q.at(k-1)]
+		}
+	}
+	q.buf[q.at(i)] = v
+	q.n++
+}
+
 // Pop removes and returns the oldest item; ok is false if q is empty.
 func (q *Queue[T]) Pop() (v T, ok bool) {
 	if q.n == 0 {

@@ -1,6 +1,7 @@
 package fifo_test
 
 import (
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -88,4 +89,37 @@ func TestQueueShrink(t *testing.T) {
 	q.Shrink(8)
 	q.Push(7)
 	assert.Equal(t, []int{7}, drain(&q), "usable after shrinking")
+}
+
+// TestQueueInsert checks Insert against a slice, at every position,
+// while the buffer wraps and grows, mixed with pushes and pops at both
+// ends.
+func TestQueueInsert(t *testing.T) {
+	t.Parallel()
+	var q fifo.Queue[int]
+	var model []int
+	rng := rand.New(rand.NewPCG(1, 2))
+	for step := range 2000 {
+		switch op := rng.IntN(5); {
+		case op <= 1 && len(model) > 0:
+			v, ok := q.Pop()
+			require.True(t, ok)
+			require.Equal(t, model[0], v, "step %d", step)
+			model = model[1:]
+		case op == 2:
+			q.PushFront(step)
+			model = append([]int{step}, model...)
+		default:
+			i := rng.IntN(len(model) + 1)
+			q.Insert(i, step)
+			model = append(model[:i], append([]int{step}, model[i:]...)...)
+		}
+		got := make([]int, q.Len())
+		for i := range got {
+			got[i] = q.At(i)
+		}
+		require.Equal(t, model, got, "step %d", step)
+	}
+	assert.Panics(t, func() { q.Insert(q.Len()+1, 0) })
+	assert.Panics(t, func() { q.Insert(-1, 0) })
 }
