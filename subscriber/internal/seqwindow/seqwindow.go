@@ -14,7 +14,8 @@
 //
 // The first number of a pair seen starts its sequence: a number below it
 // is taken for a copy of a message processed before, unless it was
-// redriven from a dead-letter topic, when it runs once.
+// redriven from a dead-letter topic, when it runs once, or the server may
+// deliver out of order ([Window.AnyOrder]).
 //
 // The window keeps no clock: Check and Done are told the time, and Check
 // reports how long the pair had been idle, so that its caller can tell a
@@ -76,6 +77,9 @@ type Window struct {
 	// forgot is set once a pair has been forgotten: a pair made since may
 	// be one seen before.
 	forgot bool
+	// anyOrder is set when the server may deliver a key's messages out
+	// of order (AnyOrder).
+	anyOrder bool
 }
 
 // New returns a window of size pairs, which must be positive.
@@ -84,6 +88,14 @@ func New(size int) *Window {
 	w.root.next, w.root.prev = &w.root, &w.root
 	return w
 }
+
+// AnyOrder tells w that the server may deliver a key's earlier message
+// after a later one, as Google's emulator and pstest redeliver: then a
+// number below the start of a pair is not taken for a copy, since it may
+// be a message never processed, and it runs, uncertain, as after the
+// window forgot a pair. Only a number processed in this window is a copy.
+// Call it before the first Check.
+func (w *Window) AnyOrder() { w.anyOrder = true }
 
 type pair struct{ key, producer string }
 
@@ -327,7 +339,7 @@ func (w *Window) touch(id pair, first uint64) *entry {
 		*e = entry{id: id, from: first, done: first - 1, edge: first - 1, unsure: true}
 		w.m[id] = e
 	default:
-		e = &entry{id: id, from: first, done: first - 1, edge: first - 1, unsure: w.forgot}
+		e = &entry{id: id, from: first, done: first - 1, edge: first - 1, unsure: w.forgot || w.anyOrder}
 		w.m[id] = e
 	}
 	e.prev, e.next = &w.root, w.root.next

@@ -68,6 +68,36 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// TestAnyOrder: on a server that may deliver a key's messages out of
+// order, a number below the start of a pair runs, uncertain, since it
+// may never have been processed; once processed here it is a copy, as is
+// a number at or above the start that was processed. Without AnyOrder the
+// same number is taken for a copy.
+func TestAnyOrder(t *testing.T) {
+	t.Parallel()
+	w := New(10)
+	w.AnyOrder()
+	res := w.Check("k", stamp(9), idOf(9), false, t0)
+	assert.Equal(t, Result{}, res, "the first number starts the pair")
+	for _, n := range []uint64{6, 4, 5} {
+		res = w.Check("k", stamp(n), idOf(n), false, t0)
+		assert.False(t, res.Copy, "%d, delivered after 9, may never have run", n)
+		assert.True(t, res.Uncertain, "%d may be a copy of a message processed before", n)
+		assert.Equal(t, [2]uint64{}, gap(res), "nothing is missing below the start")
+		w.Done("k", stamp(n), t0)
+	}
+	for _, n := range []uint64{4, 5, 6} {
+		assert.True(t, w.Check("k", stamp(n), idOf(n), false, t0).Copy, "%d ran here", n)
+	}
+	w.Done("k", stamp(9), t0)
+	assert.True(t, w.Check("k", stamp(9), idOf(9), false, t0).Copy, "9 ran here")
+	assert.Equal(t, [2]uint64{10, 10}, gap(w.Check("k", stamp(11), idOf(11), false, t0)), "a gap above is still a gap")
+
+	inOrder := New(10)
+	inOrder.Check("k", stamp(9), idOf(9), false, t0)
+	assert.True(t, inOrder.Check("k", stamp(4), idOf(4), false, t0).Copy, "on the service, 4 after 9 is a copy")
+}
+
 // TestEpochs walks a sequence across the epochs of a producer that counts
 // the key afresh: a higher epoch starts a new run from 1, a lower one is a
 // copy, and a gap is reported within an epoch only.
