@@ -27,7 +27,8 @@ type laneShard struct {
 }
 
 // A lane is one key's state in a Receive. It runs the key's deliveries one
-// at a time, in the order they arrived, by submitting itself to the
+// at a time, in the order they arrived, a producer's stamped ones in
+// number order (place, in lane_accept.go), by submitting itself to the
 // worker pool as a task, a turn, whenever it has a delivery to run and no
 // turn queued or running and no retry pending (active). A turn runs one
 // delivery.
@@ -43,7 +44,7 @@ type laneShard struct {
 //
 // Its methods, all in lane*.go: here, its life (release), its turn (Run,
 // Drop, begin, settle, next, drain, wait, due), update and heldKey; accept,
-// which takes a new delivery, in lane_accept.go; the held-key record and
+// which takes a new delivery, with place and putBack, in lane_accept.go; the held-key record and
 // the failure policy (note, retryLater, hold, nackTail, back, endTrouble,
 // lapsed) in lane_failure.go; room (stuck, shed, sendBack, closeRoomGap)
 // in lane_room.go; parking (divert, park, flights, unfence) in
@@ -264,8 +265,13 @@ func (l *lane) heldKey() HeldKey {
 		Key: l.key, MessageID: t.id, Since: t.since, Attempt: t.attempt, Err: t.err,
 		Held: t.held, RetryAt: t.retryAt, Queued: l.queue.Len(),
 	}
-	if k.Queued > 0 && l.queue.At(0).d.ID == t.id {
-		k.Queued-- // the failed message itself, waiting at the head for its retry
+	for i := 0; i < l.queue.Len(); i++ {
+		if l.queue.At(i).d.ID == t.id {
+			// The failed message itself, waiting for its retry: at the
+			// head, or behind earlier messages of its producer (place).
+			k.Queued--
+			break
+		}
 	}
 	if l.running != nil && l.running.d.ID != t.id {
 		k.Queued++

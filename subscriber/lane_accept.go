@@ -42,9 +42,66 @@ func (l *lane) accept(j *job, now time.Time) outcome {
 		l.openRoomGap(id)
 		return outRoom // S10
 	}
-	l.queue.Push(j)
+	l.place(j, now)
 	r.take(j)
 	return outQueued
+}
+
+// place queues j, a new delivery, at the back of the lane, or, if it is
+// stamped, just before the first delivery of its producer queued with a
+// higher number: a producer numbers a key's messages in the order it
+// publishes them, so those are later messages that arrived first (S3).
+// The service delivers a key's messages in order, and then the back is
+// the place; Google's emulator sends back what was nacked or expired one
+// by one, in nack order, and a later one can come first.
+//
+// A delivery placed at the head, in front of one waiting for its next
+// attempt, runs now: that one keeps its wait (notBefore), and a wait that
+// is not a message's own (a park's backoff) is left alone. The shard's
+// mutex must be held.
+func (l *lane) place(j *job, now time.Time) {
+	i := l.queue.Len()
+	if ordersBySeq(l, j) {
+		// The queue holds each producer's deliveries in number order, so
+		// the search from the back ends at the first of them below j.
+		for k := l.queue.Len() - 1; k >= 0; k-- {
+			if q := l.queue.At(k); q.d.Producer == j.d.Producer {
+				if q.d.Seq < j.d.Seq {
+					break
+				}
+				i = k
+			}
+		}
+	}
+	if i == 0 && l.queue.Len() > 0 && l.retry != nil && !l.turn && l.pk.failed == nil &&
+		now.Before(l.queue.At(0).notBefore) && l.r.clock.stop(l.retry) {
+		l.retry, l.active = nil, false // the caller's next submits a turn
+	}
+	l.queue.Insert(i, j)
+}
+
+// putBack returns j, which ran or was taken out of the lane, to the head
+// of the lane, behind any delivery of its producer queued with a lower
+// number (place). The shard's mutex must be held.
+func (l *lane) putBack(j *job) {
+	i := 0
+	if ordersBySeq(l, j) {
+		for k := 0; k < l.queue.Len(); k++ {
+			if q := l.queue.At(k); q.d.Producer == j.d.Producer {
+				if q.d.Seq > j.d.Seq {
+					break
+				}
+				i = k + 1
+			}
+		}
+	}
+	l.queue.Insert(i, j)
+}
+
+// ordersBySeq reports whether j's place in l follows its stamp: a keyed
+// delivery of an ordered subscription, stamped by its producer.
+func ordersBySeq(l *lane, j *job) bool {
+	return l.r.s.ordered && l.key != "" && j.d.Producer != "" && j.d.Seq != 0
 }
 
 // holdsNothing reports whether the lane holds nothing of its key: no

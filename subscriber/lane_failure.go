@@ -57,14 +57,19 @@ func (l *lane) note(j *job, v verdict, now time.Time, fx *effects) {
 }
 
 // retryLater puts j, whose call failed, back at the head of the lane for
-// its next call after d, the key waiting without a worker (S5). If the
+// its next call after d, the key waiting without a worker (S5), behind
+// any earlier message of its producer that arrived while it ran (place),
+// which runs first. If the
 // service sent the message again while the call ran, the older
 // deliveries are nacked: the newest gets the call. The shard's mutex must
 // be held.
 func (l *lane) retryLater(j *job, d time.Duration, now time.Time) {
 	j.dropStale()
-	l.queue.PushFront(j)
-	l.wait(d, now)
+	j.notBefore = now.Add(d)
+	l.putBack(j)
+	if l.queue.At(0) == j {
+		l.wait(d, now)
+	} // else an earlier message of its producer came meanwhile, and runs first
 }
 
 // hold is the failure policy of an ordered key without parking: the
@@ -151,7 +156,7 @@ func (l *lane) requeue() {
 	}
 	for i := len(t.way.slots) - 1; i >= 0; i-- {
 		if j := t.way.slots[i]; j != nil {
-			l.queue.PushFront(j)
+			l.putBack(j)
 		}
 	}
 	t.way = nil

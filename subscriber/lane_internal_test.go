@@ -6,9 +6,9 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-// TestHeldKeyQueued checks that HeldKey.Queued counts the deliveries behind
-// the failed message, whether the message waits at the head of its lane
-// for a retry or runs.
+// TestHeldKeyQueued checks that HeldKey.Queued counts the key's other
+// deliveries, whether the failed message waits for a retry, at the head
+// of its lane or behind an earlier message of its producer, or runs.
 func TestHeldKeyQueued(t *testing.T) {
 	t.Parallel()
 	failed, next := &job{d: Delivery{ID: "m1"}}, &job{d: Delivery{ID: "m2"}}
@@ -25,4 +25,12 @@ func TestHeldKeyQueued(t *testing.T) {
 	l.running = nil
 	l.trouble.held = true
 	assert.Equal(t, 1, l.heldKey().Queued, "held, with a delivery kept")
+
+	l.trouble.held = false
+	l.queue.Pop()
+	earlier := &job{d: Delivery{ID: "m0"}}
+	l.queue.Push(earlier)
+	l.queue.Push(failed)
+	l.queue.Push(next)
+	assert.Equal(t, 2, l.heldKey().Queued, "waiting for its retry behind an earlier message of its producer")
 }

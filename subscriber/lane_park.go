@@ -106,7 +106,7 @@ func (p *parking) divert(l *lane) bool {
 // the key. The shard's mutex must be held.
 func (p *parking) park(l *lane, j *job, err error) {
 	l.pk.failed = causeOf(j, err)
-	l.queue.PushFront(j)
+	l.putBack(j)
 }
 
 // causeOf is the park cause of j, which failed for good with err.
@@ -272,7 +272,7 @@ func (fl *flight) land(parked bool, err error) {
 			}
 		default:
 			for i := len(fl.jobs) - 1; i >= 0; i-- {
-				l.queue.PushFront(fl.jobs[i])
+				l.putBack(fl.jobs[i])
 			}
 			if err != nil {
 				pk.tries++

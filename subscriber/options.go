@@ -47,6 +47,7 @@ type config struct {
 	onKeyEvent     func(KeyEvent)
 	exactlyOnce    bool
 	seqWindow      int                  // sequence.go
+	anyOrder       bool                 // sequence.go: WithUnorderedRedelivery
 	onGap          func(Gap)            // sequence.go
 	quiet          time.Duration        // replay.go
 	meterProvider  metric.MeterProvider // nil: the global one, when Receive starts
@@ -410,6 +411,27 @@ func WithSequenceWindow(n int) Option {
 			return invalid("WithSequenceWindow(%d): negative", n)
 		}
 		c.seqWindow = n
+		return nil
+	}
+}
+
+// WithUnorderedRedelivery tells Receive that the server may deliver a
+// key's earlier message after a later one, as Google's emulator and
+// pstest redeliver nacked and expired messages: one by one, in nack
+// order. It is on by itself when PUBSUB_EMULATOR_HOST is set.
+//
+// The service delivers a key's messages in publish order, and sends a
+// key's tail again in order, so a stamped number below the first one a
+// Receive saw of its (key, producer) is a copy of a message processed
+// before, and is acked unrun (S12). On a server that redelivers out of
+// order it may be a message never processed: with this option it runs,
+// counted in [Stats].Rerun and logged as a number that may run a second
+// time, and only a number processed in this Receive is a copy. Either
+// way, a stamped delivery that arrives while a later number of its
+// producer waits in its key's lane runs before it.
+func WithUnorderedRedelivery() Option {
+	return func(c *config) error {
+		c.anyOrder = true
 		return nil
 	}
 }

@@ -29,7 +29,9 @@ type HeldKey struct {
 	// RetryAt is when the next call is due; zero while the message is
 	// away (Held and not yet back).
 	RetryAt time.Time
-	// Queued counts the key's deliveries waiting behind the message.
+	// Queued counts the key's other deliveries waiting here: behind the
+	// message, or, for an earlier number of its producer delivered late,
+	// before it.
 	Queued int
 }
 
