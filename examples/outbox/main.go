@@ -48,6 +48,7 @@ func main() {
 	flag.IntVar(&cfg.writers, "writers", cfg.writers, "writer processes")
 	flag.IntVar(&cfg.changes, "changes", cfg.changes, "changes per writer")
 	flag.IntVar(&cfg.accounts, "accounts", cfg.accounts, "accounts, one ordering key each")
+	flag.BoolVar(&cfg.emulatorRedelivery, "emulator-redelivery", false, "redeliver as Google's emulator does: a nacked or expired message by itself, in nack order")
 	postgres := flag.String("postgres", "", "a PostgreSQL DSN to use (two schemas of it) instead of SQLite files")
 	flag.Parse()
 	exe, err := os.Executable()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"os/exec"
 	"strconv"
 	"sync"
@@ -35,6 +36,7 @@ type config struct {
 	pace                       time.Duration // a writer's mean time between two changes
 	chaosEvery                 time.Duration // mean time between two acts of chaos
 	latency                    time.Duration // the server's answer to each Publish
+	emulatorRedelivery         bool          // redeliver as Google's emulator does (orderingtest.WithEmulatorRedelivery)
 	seed                       uint64
 	source, sink               string // the databases (see openStore)
 }
@@ -150,6 +152,9 @@ func run(ctx context.Context, cfg config, spawn func(args ...string) *exec.Cmd, 
 	if cfg.latency > 0 {
 		opts = append(opts, orderingtest.WithLatency(cfg.latency))
 	}
+	if cfg.emulatorRedelivery {
+		opts = append(opts, orderingtest.WithEmulatorRedelivery())
+	}
 	srv, err := orderingtest.New(opts...)
 	if err != nil {
 		return oc, err
@@ -261,6 +266,14 @@ func startAll(cfg config, addr string, spawn func(args ...string) *exec.Cmd, out
 		return &proc{name: name + " " + strconv.Itoa(id), start: func() *exec.Cmd {
 			cmd := spawn(args...)
 			cmd.Stdout, cmd.Stderr = out, out
+			if cfg.emulatorRedelivery && name == "replica" {
+				// A subscriber told it is on an emulator knows that a
+				// key's messages may come back out of order.
+				if cmd.Env == nil {
+					cmd.Env = os.Environ()
+				}
+				cmd.Env = append(cmd.Env, "PUBSUB_EMULATOR_HOST="+addr)
+			}
 			return cmd
 		}}
 	}
