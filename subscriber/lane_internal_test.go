@@ -1,7 +1,9 @@
 package subscriber
 
 import (
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 )
@@ -33,4 +35,64 @@ func TestHeldKeyQueued(t *testing.T) {
 	l.queue.Push(failed)
 	l.queue.Push(next)
 	assert.Equal(t, 2, l.heldKey().Queued, "waiting for its retry behind an earlier message of its producer")
+}
+
+// TestPlaceOrdersAProducersNumbers: place keeps each producer's numbers
+// in order among the queued deliveries, moving a delivery no further
+// forward than its producer's higher numbers; unstamped deliveries and
+// other producers keep their places. putBack returns a delivery to the
+// head, behind its producer's lower numbers.
+func TestPlaceOrdersAProducersNumbers(t *testing.T) {
+	t.Parallel()
+	l := &lane{r: &receiver{s: &Subscription{ordered: true}}, key: "k"}
+	mk := func(producer string, seq uint64) *job {
+		return &job{d: Delivery{ID: fmt.Sprint(producer, seq), Producer: producer, Seq: seq}}
+	}
+	now := time.Now()
+	for _, j := range []*job{mk("a", 5), mk("", 0), mk("b", 2), mk("a", 7), mk("a", 3), mk("b", 1), mk("a", 6), mk("a", 9)} {
+		l.place(j, now)
+	}
+	l.putBack(mk("a", 4))
+	l.putBack(mk("b", 3))
+	var got []string
+	for j, ok := l.queue.Pop(); ok; j, ok = l.queue.Pop() {
+		got = append(got, j.d.ID)
+	}
+	assert.Equal(t, []string{"a3", "a4", "a5", "0", "b1", "b2", "b3", "a6", "a7", "a9"}, got)
+
+	unordered := &lane{r: &receiver{s: &Subscription{}}, key: "k"}
+	unordered.place(mk("a", 5), now)
+	unordered.place(mk("a", 3), now)
+	assert.Equal(t, "a5", unordered.queue.At(0).d.ID, "an unordered subscription keeps arrival order")
+}
+
+// BenchmarkPlace is the cost of queueing a delivery on a lane that holds
+// depth of its key's deliveries, in order as the service sends them:
+// stamped, where place looks at the last queued, and unstamped, where it
+// appends.
+func BenchmarkPlace(b *testing.B) {
+	for _, depth := range []int{1, 1000} {
+		for _, tc := range []struct {
+			name     string
+			producer string
+		}{{"unstamped", ""}, {"stamped", "p"}} {
+			b.Run(fmt.Sprintf("%s/depth=%d", tc.name, depth), func(b *testing.B) {
+				l := &lane{r: &receiver{s: &Subscription{ordered: true}}, key: "k"}
+				jobs := make([]job, depth+b.N)
+				for i := range jobs {
+					jobs[i].d = Delivery{Producer: tc.producer, Seq: uint64(i + 1)}
+				}
+				now := time.Now()
+				for i := range depth {
+					l.place(&jobs[i], now)
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := range b.N {
+					l.place(&jobs[depth+i], now)
+					l.queue.Pop()
+				}
+			})
+		}
+	}
 }
