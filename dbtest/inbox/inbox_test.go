@@ -199,3 +199,27 @@ func TestNewTogether(t *testing.T) {
 		}
 	})
 }
+
+// TestClose: after Close, a handler applies nothing and returns
+// ErrClosed, so that the subscription retries the message; a second
+// Close is nil, and the database stays open for another Inbox.
+func TestClose(t *testing.T) {
+	eachDatabase(t, func(t *testing.T, db database) {
+		ctx := timeout(t, 30e9)
+		one, _ := db.open(t)
+		in := newInbox(t, one, db.dialect)
+		h := in.Handler(record(db.dialect))
+		require.NoError(t, h(ctx, delivery("k", "p", 1)))
+		require.NoError(t, in.Close())
+		require.NoError(t, in.Close(), "Close is idempotent")
+		err := h(ctx, delivery("k", "p", 2))
+		require.ErrorIs(t, err, inbox.ErrClosed)
+		times, _ := applied(t, one)
+		assert.Equal(t, map[string]int{"k/0.1": 1}, times, "nothing applied after Close")
+
+		again := newInbox(t, one, db.dialect)
+		require.NoError(t, again.Handler(record(db.dialect))(ctx, delivery("k", "p", 2)))
+		times, _ = applied(t, one)
+		assert.Equal(t, map[string]int{"k/0.1": 1, "k/0.2": 1}, times)
+	})
+}

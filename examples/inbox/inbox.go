@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -67,7 +68,7 @@ func openStore(ctx context.Context, path string, log *slog.Logger) (*store, erro
 	return &store{db: db, in: in}, nil
 }
 
-func (s *store) Close() error { return s.db.Close() }
+func (s *store) Close() error { return errors.Join(s.in.Close(), s.db.Close()) }
 
 // handler is the receiver's handler: the inbox's, around deposit.
 func (s *store) handler() subscriber.Handler { return s.in.Handler(deposit) }

@@ -81,6 +81,7 @@ func (r role) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		defer in.Close()
 		return replica(ctx, r.addr, subID, st, in, processName("replica", r.id))
 	}
 	return fmt.Errorf("no role %q", r.name)

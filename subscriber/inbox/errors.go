@@ -23,6 +23,11 @@ var ErrUnstamped = errors.New("keyorder/inbox: message has no key or no stamp; i
 // stamps one.
 var ErrSeqRange = errors.New("keyorder/inbox: sequence number does not fit a BIGINT")
 
+// ErrClosed is returned by a [Inbox.Handler] handler once [Inbox.Close]
+// was called: the message is not applied, and the subscription retries it
+// as it would any handler's error, on this replica or another.
+var ErrClosed = errors.New("keyorder/inbox: closed")
+
 // ErrGapWait is the error a [Inbox.Handler] handler returns, wrapped in
 // subscriber.RetryAfter with the gap, while a message after a gap in its
 // producer's numbers waits for the missing ones (see [WithGapWait]). A

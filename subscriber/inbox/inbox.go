@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/keyorder/keyorder/ordering"
@@ -24,8 +25,9 @@ type Inbox struct {
 	// lock is the statement of every message, prepared once: parsing it
 	// cost SQLite a sixth of a message's time. A transaction uses the
 	// connection's own (sql.Tx.StmtContext).
-	lock *sql.Stmt
-	obs  *recorder
+	lock   *sql.Stmt
+	obs    *recorder
+	closed atomic.Bool
 }
 
 // An ApplyFunc applies a message's effect in tx, the transaction that
@@ -62,6 +64,17 @@ func New(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) (*Inbox, er
 	return in, nil
 }
 
+// Close lets the inbox's prepared statement go. The handlers it gave
+// return [ErrClosed] from then on, without applying anything; a call
+// already running commits, or fails and rolls back. It does not close
+// the *sql.DB, which is the caller's, and it is idempotent.
+func (in *Inbox) Close() error {
+	if in.closed.Swap(true) {
+		return nil
+	}
+	return in.lock.Close()
+}
+
 // Handler returns a subscriber.Handler that applies each message once,
 // whichever replica it is delivered to and however often: it runs apply
 // and the record of the message's stamp in one transaction, and commits
@@ -85,6 +98,9 @@ func New(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) (*Inbox, er
 // copy.
 func (in *Inbox) Handler(apply ApplyFunc) subscriber.Handler {
 	return func(ctx context.Context, d *subscriber.Delivery) error {
+		if in.closed.Load() {
+			return fmt.Errorf("%w: message %s not applied", ErrClosed, d.ID)
+		}
 		if d.Key == "" || d.Seq == 0 {
 			return in.unstamped(ctx, d, apply)
 		}
