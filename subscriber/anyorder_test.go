@@ -142,14 +142,7 @@ func TestEarlierNumberOvertakesARetry(t *testing.T) {
 		}
 		return nil
 	})
-	producer := "p-" + t.Name()
-	require.Equal(t, []error{nil}, publishStamped(t, e.client, e.topic, []stamped{{"k", "five", ordering.Stamp{Producer: producer, Seq: 5}}}))
-	select {
-	case <-waiting:
-	case <-time.After(testTimeout):
-		t.Fatal("5 never ran")
-	}
-	require.Equal(t, []error{nil}, publishStamped(t, e.client, e.topic, []stamped{{"k", "four", ordering.Stamp{Producer: producer, Seq: 4}}}))
+	fiveThenFour(t, e, waiting)
 	select {
 	case <-ran4:
 	case <-time.After(10 * time.Second):
@@ -161,6 +154,22 @@ func TestEarlierNumberOvertakesARetry(t *testing.T) {
 	assert.False(t, held[0].RetryAt.IsZero(), "5 keeps its wait")
 	stop()
 	assert.Equal(t, []uint64{5, 4}, log.get())
+}
+
+// fiveThenFour publishes number 5 of key k, stamped by hand, waits for
+// running, which the handler closes once it has begun 5, and then
+// publishes 4, as a server that redelivers out of order would deliver
+// them.
+func fiveThenFour(t *testing.T, e fakeEnv, running <-chan struct{}) {
+	t.Helper()
+	producer := "p-" + t.Name()
+	require.Equal(t, []error{nil}, publishStamped(t, e.client, e.topic, []stamped{{"k", "five", ordering.Stamp{Producer: producer, Seq: 5}}}))
+	select {
+	case <-running:
+	case <-time.After(testTimeout):
+		t.Fatal("5 never ran")
+	}
+	require.Equal(t, []error{nil}, publishStamped(t, e.client, e.topic, []stamped{{"k", "four", ordering.Stamp{Producer: producer, Seq: 4}}}))
 }
 
 func seqRange(from, to uint64) []uint64 {
@@ -189,14 +198,7 @@ func TestEarlierNumberParksFirst(t *testing.T) {
 		}
 		return nil
 	})
-	producer := "p-" + t.Name()
-	require.Equal(t, []error{nil}, publishStamped(t, e.client, e.topic, []stamped{{"k", "five", ordering.Stamp{Producer: producer, Seq: 5}}}))
-	select {
-	case <-running:
-	case <-time.After(testTimeout):
-		t.Fatal("5 never ran")
-	}
-	require.Equal(t, []error{nil}, publishStamped(t, e.client, e.topic, []stamped{{"k", "four", ordering.Stamp{Producer: producer, Seq: 4}}}))
+	fiveThenFour(t, e.fakeEnv, running)
 	e.awaitParked(t, "k", 2)
 	stop()
 	assert.Equal(t, []string{"four", "five"}, e.parkedData(), "parked in number order")
