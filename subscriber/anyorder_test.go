@@ -203,3 +203,39 @@ func TestEarlierNumberParksFirst(t *testing.T) {
 	stop()
 	assert.Equal(t, []string{"four", "five"}, e.parkedData(), "parked in number order")
 }
+
+// TestEarlierNumberComesBackFirst: a key held after its message fails for
+// good, while an earlier number of the message's producer waits behind
+// it, runs the two in number order once both are back, whatever order
+// the server sends them back in. 5 fails for good once 4, published after
+// it, is queued behind it, and succeeds on its next call.
+func TestEarlierNumberComesBackFirst(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, []orderingtest.Option{orderingtest.WithEmulatorRedelivery()}, subscriber.WithUnorderedRedelivery(),
+		subscriber.WithMaxAttempts(1), subscriber.WithBackoff(time.Millisecond, time.Millisecond))
+	var log seqLog
+	running := make(chan struct{})
+	done := make(chan struct{})
+	stop := start(t, e.sub, func(ctx context.Context, d *subscriber.Delivery) error {
+		switch log.add(d) {
+		case 1:
+			close(running)
+			if err := poll(ctx, func() bool { return e.sub.Stats().Queued == 1 }); err != nil {
+				return err
+			}
+			return subscriber.Permanent(errInjected)
+		case 3:
+			close(done)
+		}
+		return nil
+	})
+	fiveThenFour(t, e, running)
+	select {
+	case <-done:
+	case <-time.After(testTimeout):
+		t.Fatalf("ran %v; %+v", log.get(), e.sub.Stats())
+	}
+	stop()
+	assert.Equal(t, []uint64{5, 4, 5}, log.get())
+	assert.EqualValues(t, 1, e.sub.Stats().NackedTail, "4 was sent back with 5")
+}
