@@ -259,7 +259,11 @@ func TestOwedRedrivenOnTheFake(t *testing.T) {
 		require.NoError(t, err)
 		inB := newInbox(t, two, db.dialect, inbox.WithGapWait(0))
 		stopB := run(t, subB, inB.Handler(record(db.dialect)))
-		publishStamped(t, client, subA.Topic(), stamped{key: "k", n: 4}, stamped{key: "k", n: 2, redriven: true}, stamped{key: "k", n: 2, copy: true, redriven: true})
+		publishStamped(t, client, subA.Topic(), stamped{key: "k", n: 4})
+		// 4 is applied before 2 comes: a 2 that came while 4 waited in the
+		// lane would go before it.
+		waitApplied(t, srv, one, 3)
+		publishStamped(t, client, subA.Topic(), stamped{key: "k", n: 2, redriven: true}, stamped{key: "k", n: 2, copy: true, redriven: true})
 		waitApplied(t, srv, one, 4)
 		require.NoError(t, srv.WaitFor(ctx, func() bool {
 			return srv.Stats(subA.Name()).Outstanding == 0 && inB.Stats().Copies+subB.Stats().Duplicates >= 1
