@@ -239,3 +239,41 @@ func TestEarlierNumberComesBackFirst(t *testing.T) {
 	assert.Equal(t, []uint64{5, 4, 5}, log.get())
 	assert.EqualValues(t, 1, e.sub.Stats().NackedTail, "4 was sent back with 5")
 }
+
+// TestServiceOrderKeepsAnOlderCopyACopy: on the service, which delivers a
+// key's messages in order, a lower number that arrives after higher ones
+// is a copy stored later (a publish retried, say), and keeps its place:
+// a fresh Receive that has 5, 6 and then 4 queued before its first call
+// of the key runs 5 and 6 and acks 4 unrun, rather than running 4 first
+// and taking it for the start of the sequence. The one worker is busy
+// with another key until all three are queued.
+func TestServiceOrderKeepsAnOlderCopyACopy(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, nil, subscriber.WithWorkers(1))
+	producer := "p-" + t.Name()
+	var log seqLog
+	busy := make(chan struct{})
+	stop := start(t, e.sub, func(ctx context.Context, d *subscriber.Delivery) error {
+		if d.Key == "other" {
+			close(busy)
+			return poll(ctx, func() bool { return e.sub.Stats().Queued == 3 })
+		}
+		log.add(d)
+		return nil
+	})
+	require.Equal(t, []error{nil}, publishStamped(t, e.client, e.topic, []stamped{{"other", "first", ordering.Stamp{Producer: producer, Seq: 1}}}))
+	select {
+	case <-busy:
+	case <-time.After(testTimeout):
+		t.Fatal("the other key never ran")
+	}
+	require.Equal(t, []error{nil, nil, nil}, publishStamped(t, e.client, e.topic, []stamped{
+		{"k", "five", ordering.Stamp{Producer: producer, Seq: 5}},
+		{"k", "six", ordering.Stamp{Producer: producer, Seq: 6}},
+		{"k", "four again", ordering.Stamp{Producer: producer, Seq: 4}},
+	}))
+	require.NoError(t, poll(testContext(t), func() bool { st := e.sub.Stats(); return st.Acked+st.Deduplicated == 4 }), "%+v", e.sub.Stats())
+	stop()
+	assert.Equal(t, []uint64{5, 6}, log.get())
+	assert.EqualValues(t, 1, e.sub.Stats().Duplicates, "4 is a copy")
+}

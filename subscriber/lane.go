@@ -27,8 +27,9 @@ type laneShard struct {
 }
 
 // A lane is one key's state in a Receive. It runs the key's deliveries one
-// at a time, in the order they arrived, a producer's stamped ones in
-// number order (place, in lane_accept.go), by submitting itself to the
+// at a time, in the order they arrived, or, where the server may
+// redeliver out of order, a producer's stamped ones in number order
+// (place, in lane_accept.go), by submitting itself to the
 // worker pool as a task, a turn, whenever it has a delivery to run and no
 // turn queued or running and no retry pending (active). A turn runs one
 // delivery.

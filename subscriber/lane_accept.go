@@ -47,13 +47,16 @@ func (l *lane) accept(j *job, now time.Time) outcome {
 	return outQueued
 }
 
-// place queues j, a new delivery, at the back of the lane, or, if it is
-// stamped, just before the first delivery of its producer queued with a
-// higher number: a producer numbers a key's messages in the order it
-// publishes them, so those are later messages that arrived first (S3).
-// The service delivers a key's messages in order, and then the back is
-// the place; Google's emulator sends back what was nacked or expired one
-// by one, in nack order, and a later one can come first.
+// place queues j, a new delivery, at the back of the lane, or, on a
+// server that may redeliver out of order, if it is stamped, just before
+// the first delivery of its producer queued with a higher number: a
+// producer numbers a key's messages in the order it publishes them, so
+// those are later messages that arrived first (S3). Google's emulator
+// sends back what was nacked or expired one by one, in nack order, and a
+// later one can come first. The service delivers a key's messages in
+// order, and a lower number that arrives later is a copy stored later:
+// there the back is the place, and a fresh Receive that got the later
+// number first takes the copy for one (S12) rather than running it first.
 //
 // A delivery placed at the head, in front of one waiting for its next
 // attempt, runs now: that one keeps its wait (notBefore), and a wait that
@@ -99,9 +102,10 @@ func (l *lane) putBack(j *job) {
 }
 
 // ordersBySeq reports whether j's place in l follows its stamp: a keyed
-// delivery of an ordered subscription, stamped by its producer.
+// delivery of an ordered subscription, stamped by its producer, from a
+// server that may redeliver out of order.
 func ordersBySeq(l *lane, j *job) bool {
-	return l.r.s.ordered && l.key != "" && j.d.Producer != "" && j.d.Seq != 0
+	return l.r.anyOrder && l.r.s.ordered && l.key != "" && j.d.Producer != "" && j.d.Seq != 0
 }
 
 // holdsNothing reports whether the lane holds nothing of its key: no

@@ -44,7 +44,7 @@ func TestHeldKeyQueued(t *testing.T) {
 // head, behind its producer's lower numbers.
 func TestPlaceOrdersAProducersNumbers(t *testing.T) {
 	t.Parallel()
-	l := &lane{r: &receiver{s: &Subscription{ordered: true}}, key: "k"}
+	l := &lane{r: &receiver{s: &Subscription{ordered: true}, anyOrder: true}, key: "k"}
 	mk := func(producer string, seq uint64) *job {
 		return &job{d: Delivery{ID: fmt.Sprint(producer, seq), Producer: producer, Seq: seq}}
 	}
@@ -60,10 +60,17 @@ func TestPlaceOrdersAProducersNumbers(t *testing.T) {
 	}
 	assert.Equal(t, []string{"a3", "a4", "a5", "0", "b1", "b2", "b3", "a6", "a7", "a9"}, got)
 
-	unordered := &lane{r: &receiver{s: &Subscription{}}, key: "k"}
-	unordered.place(mk("a", 5), now)
-	unordered.place(mk("a", 3), now)
-	assert.Equal(t, "a5", unordered.queue.At(0).d.ID, "an unordered subscription keeps arrival order")
+	for name, r := range map[string]*receiver{
+		"an unordered subscription":                   {s: &Subscription{}, anyOrder: true},
+		"the service, where a lower number is a copy": {s: &Subscription{ordered: true}},
+	} {
+		l := &lane{r: r, key: "k"}
+		l.place(mk("a", 5), now)
+		l.place(mk("a", 3), now)
+		l.putBack(mk("a", 4))
+		assert.Equal(t, "a4", l.queue.At(0).d.ID, "%s: putBack puts at the head", name)
+		assert.Equal(t, "a5", l.queue.At(1).d.ID, "%s keeps arrival order", name)
+	}
 }
 
 // BenchmarkPlace is the cost of queueing a delivery on a lane that holds
@@ -77,7 +84,7 @@ func BenchmarkPlace(b *testing.B) {
 			producer string
 		}{{"unstamped", ""}, {"stamped", "p"}} {
 			b.Run(fmt.Sprintf("%s/depth=%d", tc.name, depth), func(b *testing.B) {
-				l := &lane{r: &receiver{s: &Subscription{ordered: true}}, key: "k"}
+				l := &lane{r: &receiver{s: &Subscription{ordered: true}, anyOrder: true}, key: "k"}
 				jobs := make([]job, depth+b.N)
 				for i := range jobs {
 					jobs[i].d = Delivery{Producer: tc.producer, Seq: uint64(i + 1)}

@@ -426,9 +426,11 @@ func WithSequenceWindow(n int) Option {
 // before, and is acked unrun (S12). On a server that redelivers out of
 // order it may be a message never processed: with this option it runs,
 // counted in [Stats].Rerun and logged as a number that may run a second
-// time, and only a number processed in this Receive is a copy. Either
-// way, a stamped delivery that arrives while a later number of its
-// producer waits in its key's lane runs before it.
+// time, and only a number processed in this Receive is a copy. And a
+// stamped delivery that arrives while later numbers of its producer wait
+// in its key's lane goes before them, running at once if the first of
+// them waits for a retry; on the service, a lower number that arrives
+// later is a copy, and keeps its place.
 func WithUnorderedRedelivery() Option {
 	return func(c *config) error {
 		c.anyOrder = true

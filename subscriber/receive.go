@@ -17,10 +17,10 @@ import (
 // client's error if receiving fails for good.
 //
 //   - A key's deliveries run one at a time, in the order they arrive, on
-//     the key's partition, except that a stamped delivery waiting to run
-//     goes before the waiting ones of its producer with higher numbers;
-//     different keys run in parallel, up to [WithWorkers] handlers at
-//     once (S3).
+//     the key's partition; with [WithUnorderedRedelivery], a stamped
+//     delivery waiting to run goes before the waiting ones of its
+//     producer with higher numbers. Different keys run in parallel, up to
+//     [WithWorkers] handlers at once (S3).
 //   - A message is acked only after h has returned nil for it (S4).
 //   - When h fails or panics, the message is called again after a
 //     backoff, while its key waits without holding a worker; its key's
@@ -117,6 +117,7 @@ type receiver struct {
 	lanes          lanes             // the keys with work or a hold
 	seen           processed         // recently processed message IDs (S6)
 	seqs           *seqwindow.Window // recently active producers' sequences, per key; nil without checks
+	anyOrder       bool              // the server may redeliver out of order (WithUnorderedRedelivery)
 	tries          attempts          // calls and failures of failing messages
 	room           room              // S10
 	clock          clock             // retry and hold timers
@@ -147,11 +148,12 @@ func newReceiver(ctx context.Context, s *Subscription, h Handler) (*receiver, er
 		stopping:       make(chan struct{}),
 		seen:           newProcessed(s.cfg.dedupWindow),
 		tries:          newAttempts(),
+		anyOrder:       s.cfg.anyOrder || os.Getenv("PUBSUB_EMULATOR_HOST") != "",
 		ending:         ending{born: time.Now()},
 	}
 	if s.cfg.seqWindow > 0 {
 		r.seqs = seqwindow.New(s.cfg.seqWindow)
-		if s.cfg.anyOrder || os.Getenv("PUBSUB_EMULATOR_HOST") != "" {
+		if r.anyOrder {
 			r.seqs.AnyOrder()
 		}
 	}
@@ -198,8 +200,9 @@ const maxPoolQueue = 1 << 20
 
 // deliver is the official client's callback. On an ordered subscription it
 // is called one message at a time per key, in order, so queueing in call
-// order keeps the key's order in its lane; where the server sent a key's
-// messages out of order, their stamps put them back in order (place). It never waits: a callback that
+// order keeps the key's order in its lane; where the server may send a
+// key's messages out of order, their stamps put them back in order
+// (place). It never waits: a callback that
 // blocked would hold the official client's flow control, and with it every
 // other key.
 func (r *receiver) deliver(ctx context.Context, m *pubsub.Message) {
