@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +23,14 @@ import (
 	"github.com/keyorder/keyorder/subscriber"
 )
 
-func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// The tests name the servers they use. PUBSUB_EMULATOR_HOST would also
+	// tell every Receive that its server redelivers out of order
+	// (WithUnorderedRedelivery), and change what the tests of the
+	// service's order check.
+	_ = os.Unsetenv("PUBSUB_EMULATOR_HOST")
+	leaktest.VerifyTestMain(m)
+}
 
 func TestCreateWithTopicCreatesWhatIsMissing(t *testing.T) {
 	t.Parallel()
