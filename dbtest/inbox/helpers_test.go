@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"os"
 	"testing"
 	"time"
 
@@ -17,7 +18,14 @@ import (
 	"github.com/keyorder/keyorder/subscriber/inbox"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	// The tests name the servers they use. PUBSUB_EMULATOR_HOST would also
+	// tell every Receive that its server redelivers out of order
+	// (subscriber.WithUnorderedRedelivery), and change which copies the
+	// process skips before the inbox sees them.
+	_ = os.Unsetenv("PUBSUB_EMULATOR_HOST")
+	pgtest.Main(m)
+}
 
 // A database is one of the two the inbox runs on; open gives a fresh one
 // and a second handle on the same database, as another replica has.
