@@ -46,8 +46,11 @@ type job struct {
 	// dead-lettering would lose the key's order. Set before the call.
 	retriesByNack bool
 
-	// notBefore is when a message that failed for good on an earlier
-	// delivery may be called again. Set when the job is accepted.
+	// notBefore is when the message may be called again: after the
+	// backoff of a message that failed for good on an earlier delivery,
+	// set when the job is accepted, or of a call that failed, set by
+	// retryLater, so that a delivery placed ahead of it (place) leaves
+	// it its wait. Guarded by the lane's shard mutex.
 	notBefore time.Time
 
 	// received is when the first delivery arrived: the age of what this

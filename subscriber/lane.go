@@ -44,10 +44,11 @@ type laneShard struct {
 // that lives as long as that one message.
 //
 // Its methods, all in lane*.go: here, its life (release), its turn (Run,
-// Drop, begin, settle, next, drain, wait, due), update and heldKey; accept,
-// which takes a new delivery, with place and putBack, in lane_accept.go; the held-key record and
-// the failure policy (note, retryLater, hold, nackTail, back, endTrouble,
-// lapsed) in lane_failure.go; room (stuck, shed, sendBack, closeRoomGap)
+// Drop, begin, settle, next, drain, wait, due), update and heldKey;
+// accept, which takes a new delivery, with place and putBack, in
+// lane_accept.go; the held-key record and the failure policy (note,
+// retryLater, hold, nackTail, back, endTrouble, lapsed) in
+// lane_failure.go; room (stuck, shed, sendBack, closeRoomGap)
 // in lane_room.go; parking (divert, park, flights, unfence) in
 // lane_park.go; push's bookkeeping in lane_push.go; and what Stats reads
 // (partition, oldest) in lane_census.go. Nothing else writes a lane's

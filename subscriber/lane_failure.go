@@ -59,10 +59,9 @@ func (l *lane) note(j *job, v verdict, now time.Time, fx *effects) {
 // retryLater puts j, whose call failed, back at the head of the lane for
 // its next call after d, the key waiting without a worker (S5), behind
 // any earlier message of its producer that arrived while it ran (place),
-// which runs first. If the
-// service sent the message again while the call ran, the older
-// deliveries are nacked: the newest gets the call. The shard's mutex must
-// be held.
+// which runs first. If the service sent the message again while the call
+// ran, the older deliveries are nacked: the newest gets the call. The
+// shard's mutex must be held.
 func (l *lane) retryLater(j *job, d time.Duration, now time.Time) {
 	j.dropStale()
 	j.notBefore = now.Add(d)

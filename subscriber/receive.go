@@ -202,9 +202,8 @@ const maxPoolQueue = 1 << 20
 // is called one message at a time per key, in order, so queueing in call
 // order keeps the key's order in its lane; where the server may send a
 // key's messages out of order, their stamps put them back in order
-// (place). It never waits: a callback that
-// blocked would hold the official client's flow control, and with it every
-// other key.
+// (place). It never waits: a callback that blocked would hold the
+// official client's flow control, and with it every other key.
 func (r *receiver) deliver(ctx context.Context, m *pubsub.Message) {
 	r.s.counts.received.Add(1)
 	j := newJob(ctx, m)
