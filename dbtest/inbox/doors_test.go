@@ -35,9 +35,7 @@ func TestPushDoor(t *testing.T) {
 	eachDatabase(t, func(t *testing.T, db database) {
 		ctx := timeout(t, testTimeout)
 		srv := orderingtest.Start(t)
-		client, err := srv.Client(ctx, "inbox-test")
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = client.Close() })
+		client := connect(t, ctx, srv)
 		validator, err := srv.TokenValidator(ctx)
 		require.NoError(t, err)
 		var endpoint swappable
@@ -92,9 +90,7 @@ func TestReleaseDoor(t *testing.T) {
 	eachDatabase(t, func(t *testing.T, db database) {
 		ctx := timeout(t, testTimeout)
 		srv := orderingtest.Start(t, orderingtest.WithAckDeadline(time.Second))
-		client, err := srv.Client(ctx, "inbox-test")
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = client.Close() })
+		client := connect(t, ctx, srv)
 		topic, subID := names()
 		opts := []subscriber.Option{subscriber.WithParking("parked-" + topic), subscriber.WithParkingWait(100 * time.Millisecond), fast, quiet, subscriber.WithMaxAttempts(2)}
 		subA, err := subscriber.CreateWithTopic(ctx, client, topic, subID, opts...)

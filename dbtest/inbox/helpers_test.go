@@ -9,11 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2"
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyorder/keyorder/dbtest/pgtest"
 	"github.com/keyorder/keyorder/dbtest/sqlitetest"
 	"github.com/keyorder/keyorder/ordering"
+	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/subscriber"
 	"github.com/keyorder/keyorder/subscriber/inbox"
 )
@@ -44,6 +46,16 @@ var databases = []database{
 		dsn := pgtest.DSN(tb)
 		return openDSN(tb, pgtest.Driver, dsn), openDSN(tb, pgtest.Driver, dsn)
 	}},
+}
+
+// connect returns a client of srv in the tests' project, closed when the
+// test ends.
+func connect(t *testing.T, ctx context.Context, srv *orderingtest.Server) *pubsub.Client {
+	t.Helper()
+	client, err := srv.Client(ctx, "inbox-test")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Close() })
+	return client
 }
 
 func openDSN(tb testing.TB, driver, dsn string) *sql.DB {
