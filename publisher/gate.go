@@ -52,8 +52,9 @@ type shard struct {
 // or Close waits. Otherwise the gate is lazy: its done messages are
 // settled by whoever looks next (Result.Get, which waits on the official
 // result itself; the key's next Publish), and by its shard's timer, in
-// case no one does (see tick). A burst then parks no goroutine per key, which the
-// garbage collector would scan (see FIGURES.md, the publisher's profile).
+// case no one does (see tick). A burst then parks no goroutine per key,
+// which the garbage collector would scan (see FIGURES.md, the publisher's
+// profile).
 //
 // Every field is guarded by mu, except first, which only backs inflight,
 // and p, sh and key, set once. A Publish call takes mu before it lets go
@@ -243,12 +244,7 @@ func (p *Publisher) watch(sh *shard, key string, ks *keyState) {
 				locked = true
 				continue
 			}
-			// room is on another cache line than the rest: look only
-			// with flow control.
-			if p.flow != nil && r.room {
-				r.room = false
-				p.flow.release(r.size)
-			}
+			p.releaseRoom(r)
 			ks.drop(1)
 			// Read after sending: if Close or Flush starts later, its
 			// own flush sends what was sent here.
@@ -305,12 +301,7 @@ func (p *Publisher) settleDone(seen []*Result, now time.Duration) int {
 		if !ok || err != nil {
 			return i
 		}
-		// room is on another cache line than the rest: look only with
-		// flow control.
-		if p.flow != nil && r.room {
-			r.room = false
-			p.flow.release(r.size)
-		}
+		p.releaseRoom(r)
 		// The official client is done with the message, and so is
 		// everyone else: the Result need not keep it (P7).
 		r.under = nil

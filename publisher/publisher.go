@@ -190,10 +190,7 @@ func (p *Publisher) send(ctx context.Context, r *Result, after *Result) {
 // skipAfter fails r, unsent, with the cause of after's failure, as a
 // message of after's tail (WithAfter), and releases its room.
 func (p *Publisher) skipAfter(r *Result, after *Result) *Result {
-	if p.flow != nil && r.room {
-		r.room = false
-		p.flow.release(r.size)
-	}
+	p.releaseRoom(r)
 	cause := after.err
 	var pe *PublishError
 	if errors.As(cause, &pe) {
@@ -201,6 +198,16 @@ func (p *Publisher) skipAfter(r *Result, after *Result) *Result {
 	}
 	p.rec.counted(outSkipped)
 	return r.fail(&PublishError{Key: r.msg.OrderingKey, Err: cause, Skipped: true})
+}
+
+// releaseRoom gives r's room back to flow control, once. r.room is on
+// another cache line than the rest of r: it is looked at only with flow
+// control.
+func (p *Publisher) releaseRoom(r *Result) {
+	if p.flow != nil && r.room {
+		r.room = false
+		p.flow.release(r.size)
+	}
 }
 
 // Flush sends every message published before the call without waiting for

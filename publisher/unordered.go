@@ -150,8 +150,5 @@ func (p *Publisher) settleUnordered(r *Result) {
 		out = outFailed
 	}
 	p.rec.counted(out)
-	if r.room {
-		r.room = false
-		p.flow.release(r.size)
-	}
+	p.releaseRoom(r)
 }
