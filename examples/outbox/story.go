@@ -250,8 +250,11 @@ func prepareStores(ctx context.Context, cfg config) error {
 	if err := sink.createSink(ctx); err != nil {
 		return err
 	}
-	_, err = inbox.New(ctx, sink.db, sink.inboxDialect())
-	return err
+	in, err := inbox.New(ctx, sink.db, sink.inboxDialect())
+	if err != nil {
+		return err
+	}
+	return in.Close()
 }
 
 // procs is the story's processes by role.
