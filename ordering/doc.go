@@ -36,4 +36,9 @@
 // is its cost in bytes against the service's limits. A producer that
 // counts a key afresh starts a new epoch of its numbers, so that none is
 // reused: [MakeSeq], [SplitSeq] and [FormatSeq].
+//
+// A stamp proves nothing by itself: whoever may publish to the topic can
+// write one. [StampKeys] signs a stamp, binding it to the message's
+// ordering key and data, under a key that producers and consumers share,
+// and verifies it against any of several keys, so that keys rotate.
 package ordering

@@ -15,3 +15,12 @@ var ErrKeyNotUTF8 = errors.New("ordering key is not valid UTF-8")
 // of its documented form, or a message that carries a stamp in both its
 // forms.
 var ErrBadStamp = errors.New("bad stamp")
+
+// ErrBadStampKey is returned by [NewStampKeys] for no key, or a key
+// shorter than [MinStampKeyBytes].
+var ErrBadStampKey = errors.New("bad stamp key")
+
+// ErrUnverifiedStamp is returned by [StampKeys.Verify] for a stamp whose
+// signature is missing, malformed, or made by none of the keys: a stamp
+// that proves nothing, which a subscriber with keys takes for none.
+var ErrUnverifiedStamp = errors.New("unverified stamp")

@@ -69,11 +69,13 @@ const maxSeqText = 21
 // under two message IDs), and a number skipped between two deliveries is a
 // message that was never stored, or that this subscriber did not process.
 //
-// A stamp is trusted as written: whoever may publish to the topic, or push
-// to the endpoint, can write one. A forged stamp of a producer's key, at
-// the producer's next epoch, makes its later real messages of the key look
-// like copies, acked unrun. Stamps find copies and gaps; they do not
-// authenticate. See "Security model" in the repository's DESIGN.md.
+// An unsigned stamp is trusted as written: whoever may publish to the
+// topic, or push to the endpoint, can write one, and a forged stamp of a
+// producer's key at a high number makes its real messages of the key look
+// like copies. A stamp signed with [StampKeys] is trusted as far as its
+// signature goes: a subscriber given keys takes an unsigned or wrongly
+// signed stamp for no stamp. See "Security model" in the repository's
+// DESIGN.md.
 //
 // # Epochs
 //
@@ -143,13 +145,15 @@ func (s Stamp) appendValue(b []byte) []byte {
 }
 
 // DeleteStamp deletes from attrs the attributes that carry a stamp, in
-// either form: [StampAttribute], [ProducerAttribute] and [SeqAttribute].
+// either form: [StampAttribute], [ProducerAttribute] and [SeqAttribute],
+// and its signature, [SignatureAttribute].
 // A subscriber that has read a valid stamp with [ParseStamp] uses it to
 // take the stamp out of the headers it hands on.
 func DeleteStamp(attrs map[string]string) {
 	delete(attrs, StampAttribute)
 	delete(attrs, ProducerAttribute)
 	delete(attrs, SeqAttribute)
+	delete(attrs, SignatureAttribute)
 }
 
 // ParseStamp returns the stamp that attrs carry, in the form
