@@ -14,8 +14,10 @@ BENCHTIME     ?= 1s
 
 .PHONY: test run bench lint fuzz
 
-## test: vet, then every test with the race detector (what CI runs).
+## test: no tracked file over 1 MiB, vet, then every test with the race
+## detector (what CI runs).
 test:
+	bash .ci/bigfiles
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 $(PKGS)
 
@@ -33,8 +35,9 @@ bench:
 		$(GO) test -run='^$$' -bench='$(BENCH)' -benchmem -count=1 -benchtime=$(BENCHTIME) $(PKGS) || exit 1; \
 	done
 
-## lint: go vet plus staticcheck, pinned.
+## lint: no tracked file over 1 MiB, go vet plus staticcheck, pinned.
 lint:
+	bash .ci/bigfiles
 	$(GO) vet $(PKGS)
 	$(GO) run $(STATICCHECK) $(PKGS)
 
