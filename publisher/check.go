@@ -16,7 +16,7 @@ import (
 // a stamp of any producer's.
 var checker = &Publisher{
 	maxBytes: maxMessageBytes("projects/" + strings.Repeat("p", 30) + "/topics/" + strings.Repeat("t", 255)),
-	stamps: &stamper{bound: ordering.Stamp{
+	stamps: &stamper{attrs: ordering.StampAttributes, bound: ordering.Stamp{
 		Producer: strings.Repeat("p", ordering.MaxProducerBytes),
 		Seq:      ordering.MakeSeq(maxEpoch, math.MaxUint32),
 	}.Size()},
@@ -31,7 +31,9 @@ var checker = &Publisher{
 // It applies Publish's own checks, with the stamp counted at its largest
 // and the topic's name at the longest the service takes, so it may refuse
 // a message within a few hundred bytes of the 10 MB limit that a given
-// Publisher would take. A stamp header in msg is refused, as a stamped
+// Publisher would take. A Publisher [WithStampKey] takes one attribute
+// and [ordering.SignatureSize] bytes less than Check allows, for the
+// signature. A stamp header in msg is refused, as a stamped
 // Publisher refuses it. Check does not allocate unless msg has headers.
 func Check(msg *Message, key string) error {
 	var out pubsub.Message

@@ -66,6 +66,13 @@
 // are kept, P7) is counted again in a higher epoch. The stamp counts
 // against the service's limits (P6); [WithoutStamps] turns it off.
 //
+// [WithStampKey] signs each stamp with a key the subscribers share
+// ([ordering.StampKeys]): one attribute more, [ordering.SignatureAttribute],
+// which binds the stamp to the message's key and data, so that whoever
+// may publish to the topic without the key cannot make a subscriber skip
+// a message by forging or copying a stamp. The signature counts against
+// the limits too.
+//
 // # Flushing and closing
 //
 // The official client batches messages by count, size and delay (see

@@ -64,9 +64,10 @@ var ErrAttributeNotUTF8 = errors.New(prefix + "attribute is not valid UTF-8")
 
 // ErrStampAttribute is returned by [Publisher.Publish] for a message the
 // publisher stamps (a keyed message, unless [WithoutStamps]) whose headers
-// already name a stamp attribute, [ordering.StampAttribute], or
+// already name a stamp attribute, [ordering.StampAttribute],
 // [ordering.ProducerAttribute] or [ordering.SeqAttribute] of the older
-// form: the stamp is the publisher's to set.
+// form, or [ordering.SignatureAttribute]: the stamp and its signature are
+// the publisher's to set.
 var ErrStampAttribute = errors.New(prefix + "header is a stamp attribute")
 
 // ValidationError reports a message rejected by [Publisher.Publish] before

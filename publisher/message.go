@@ -55,7 +55,7 @@ func (p *Publisher) prepare(msg *Message, callKey string, out *pubsub.Message) (
 	// their largest (stamp.go).
 	stamp, stampBytes := 0, 0
 	if p.stamped(key) {
-		stamp, stampBytes = ordering.StampAttributes, p.stamps.bound
+		stamp, stampBytes = p.stamps.attrs, p.stamps.bound
 	}
 	attrs, own := msg.Headers, false
 	if _, ok := attrs[ordering.Header]; ok {

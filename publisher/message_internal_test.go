@@ -117,3 +117,35 @@ func TestStampCountsAgainstSize(t *testing.T) {
 	req := &pubsubpb.PublishRequest{Topic: topic, Messages: []*pubsubpb.PubsubMessage{{Data: make([]byte, m), Attributes: attrs, OrderingKey: "k"}}}
 	assert.LessOrEqual(t, proto.Size(req), int(pubsub.MaxPublishRequestBytes))
 }
+
+// TestSignatureCountsAgainstSize checks that a signing publisher counts
+// the signature's bytes against the request limit: a keyed message that
+// fits with the stamp alone is refused once the stamp is signed, and the
+// largest that passes, stamped at its largest and signed, fits a request.
+func TestSignatureCountsAgainstSize(t *testing.T) {
+	const topic = "projects/p/topics/orders"
+	plain := &Publisher{maxBytes: maxMessageBytes(topic), stamps: newStamper("orders-api")}
+	signed := &Publisher{maxBytes: maxMessageBytes(topic), stamps: newStamper("orders-api")}
+	require.NoError(t, signed.stamps.signWith(make([]byte, 32)))
+	largest := func(p *Publisher) int {
+		var out pubsub.Message
+		n := p.maxBytes - 2*p.stamps.bound
+		for {
+			if _, err := p.prepare(&Message{Data: make([]byte, n+1)}, "k", &out); err != nil {
+				require.ErrorIs(t, err, ErrMessageTooLarge)
+				return n
+			}
+			n++
+		}
+	}
+	n, m := largest(plain), largest(signed)
+	assert.Equal(t, n-ordering.SignatureSize, m, "the signature costs its size")
+
+	attrs := map[string]string{}
+	st := ordering.Stamp{Producer: signed.stamps.producer, Seq: ordering.MakeSeq(maxEpoch, math.MaxUint32)}
+	st.Put(attrs)
+	data := make([]byte, m)
+	signed.stamps.keys.Sign(attrs, "k", st, data)
+	req := &pubsubpb.PublishRequest{Topic: topic, Messages: []*pubsubpb.PubsubMessage{{Data: data, Attributes: attrs, OrderingKey: "k"}}}
+	assert.LessOrEqual(t, proto.Size(req), int(pubsub.MaxPublishRequestBytes))
+}

@@ -18,6 +18,7 @@ type config struct {
 	settings      pubsub.PublishSettings
 	noStamps      bool                 // WithoutStamps (stamp.go)
 	producerID    string               // WithProducerID (stamp.go)
+	stampKey      []byte               // WithStampKey (stamp.go); nil: unsigned
 	meterProvider metric.MeterProvider // nil: the global one (observe.go)
 	logger        *slog.Logger         // nil: slog.Default()
 }

@@ -100,6 +100,11 @@ func New(client *pubsub.Client, topicID string, opts ...Option) (*Publisher, err
 	}
 	if !cfg.noStamps {
 		p.stamps = newStamper(cfg.producerID)
+		if cfg.stampKey != nil {
+			if err := p.stamps.signWith(cfg.stampKey); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if p.flow != nil {
 		p.flow.reclaim = p.reclaim
