@@ -4,7 +4,7 @@ import (
 	"math"
 	"strings"
 
-	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
 	"github.com/keyorder/keyorder/ordering"
 )
@@ -36,7 +36,7 @@ var checker = &Publisher{
 // signature. A stamp header in msg is refused, as a stamped
 // Publisher refuses it. Check does not allocate unless msg has headers.
 func Check(msg *Message, key string) error {
-	var out pubsub.Message
+	var out pubsubpb.PubsubMessage
 	_, err := checker.prepare(msg, key, &out)
 	return err
 }

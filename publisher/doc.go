@@ -1,5 +1,6 @@
 // Package publisher publishes messages to Google Cloud Pub/Sub in order per
-// key, on top of the official cloud.google.com/go/pubsub/v2 client.
+// key, batching them itself on the Publish RPC of the official
+// cloud.google.com/go/pubsub/v2 client.
 //
 //	p, err := publisher.New(client, "orders")
 //	if err != nil {
@@ -29,10 +30,9 @@
 // one batch in flight at a time (P3). If a message fails, every later
 // message of its key already published fails with it, so nothing published
 // after the failed message can overtake it (P4); the key then resumes by
-// itself, and the next Publish call is sent normally (P5). The caller never
-// calls the official client's ResumePublish. The error, a [*PublishError],
-// names the key and the cause. [Retryable] tells whether the cause is
-// transient (Unavailable once the official client's own retries are spent)
+// itself, and the next Publish call is sent normally (P5). The error, a
+// [*PublishError], names the key and the cause. [Retryable] tells whether
+// the cause is transient (Unavailable once the client's retries are spent)
 // or permanent (NotFound, PermissionDenied, InvalidArgument), and
 // [Publisher.Retry] sends a failed tail again, in order, in one call:
 //
@@ -73,54 +73,65 @@
 // a message by forging or copying a stamp. The signature counts against
 // the limits too.
 //
-// # Flushing and closing
+// # Batching
 //
-// The official client batches messages by count, size and delay (see
-// [WithPublishSettings]). [Publisher.Flush] sends what is batched now and
-// waits for the results; [Publisher.Close] does the same and stops the
-// publisher. Both are bounded by their context.
+// The publisher batches for itself, on the client's TopicAdminClient: the
+// same connections, credentials, endpoint, retry settings and
+// PUBSUB_EMULATOR_HOST as the official client's Publisher. A request
+// carries the messages of one key (the service refuses a request whose
+// messages have different ordering keys), and a key has one request in
+// flight at a time (P3). While it flies, the key's new messages gather,
+// and when it returns they go out at once, up to 1,000 messages and 10 MB
+// a request, the service's limits, in requests of their own. A key with
+// nothing in flight lingers before its first request, so that the messages
+// published right after its first go with it: until about 1 ms passes
+// without a new message of the key, and at most 5 ms. Unordered messages
+// batch alike, with any number of requests in flight.
+//
+// At most 100 requests are in flight per connection of the client's pool
+// (GOMAXPROCS, at most 4, as the client dials it), the concurrent streams
+// one HTTP/2 connection to the service carries: 200 on two cores, 400 from
+// four. The keys ready beyond that wait their turn, in the order they
+// became ready. [WithPublishSettings] tunes all of it.
+//
+// A request is retried as the official client retries it: with the
+// client's retry settings, apiv1's by default (Aborted, Canceled,
+// Internal, ResourceExhausted, Unknown, Unavailable and DeadlineExceeded,
+// backing off from 100 ms to 60 s), but not Internal "invalid UTF-8", for
+// at most the publish Timeout; it is compressed with gzip when asked, and
+// carries the client's x-goog-pubsub-client-telemetry header. The client's
+// gRPC interceptors and OpenTelemetry gRPC instrumentation see every
+// request. The official Publisher's own spans (a create span per message,
+// linked to a publish RPC span per batch, with
+// EnableOpenTelemetryTracing) and its OpenCensus views are not made:
+// [WithMeterProvider]'s metrics stand for them.
+//
+// [Publisher.Flush] sends what lingers now and waits for the results;
+// [Publisher.Close] does the same and stops the publisher. Both are
+// bounded by their context.
 //
 // # Cost
 //
 // A key with nothing outstanding leaves no state behind (P7), but for its
 // stamp counter, kept among the 16,384 most recently idle (about 100 bytes
-// each). A key with messages in flight costs a gate of 248 bytes, and each
-// message a [Result] of 192 bytes, which lets go of the message's data
-// once it is published.
+// each). A key with messages outstanding costs a queue of about 200
+// bytes, and each message a [Result] of 192 bytes, which holds the message
+// as the request carries it, and lets go of its data once it is published.
+// A request costs its slice of messages; a Result makes a channel only for
+// a caller that waits on a pending one. No goroutine waits per key or per
+// message: the senders, one per request in flight, take the keys ready in
+// turn, and one timer looks at the lingering keys every millisecond.
 //
-// The official client offers no callback when a result is ready, only a
-// channel per message to wait on, so someone must wait. Where a caller
-// waits with [Result.Get], it waits on the official result itself, on the
-// caller's goroutine, and settles every done message of the key; the
-// key's next Publish settles what is done too, and a timer per shard,
-// every 0.1 s, settles the keys no one looks at, so that their gates go
-// within about 0.2 s of their last answer. A key gets a goroutine of its
-// own, waking once per batch, only when that is the only way to keep a
-// promise: under flow control, whose room comes back as each message is
-// done (P8); with the duration metric on, which times the service's
-// answer rather than the caller's look; once a message of the key has
-// failed (P4, P5); when [Result.Ready] is asked for a pending result;
-// during Flush and Close; and for a key gone quiet with messages still in
-// flight. A goroutine per key in flight, parked, costs the garbage
-// collector a stack scan each cycle, about a third of keyorder's own work
-// per message before it was avoided.
-//
-// Publish adds about 0.5 µs of CPU per call to the official client's own
-// Publish, and settling a Result about 0.25 µs more. In batches of 10,
-// keyorder spends about 5% more CPU per message than the official client
-// alone, 7% more stamped than the official client carrying the same
-// stamp; in bursts, where a slower Publish loop means smaller batches, 16
-// to 19% (FIGURES.md, Performance). A stamp adds one attribute, which
-// costs the official client about 17 allocations and 610 bytes per
-// message, in protobuf's reflective encoding of the attribute map, and 17
-// to 30% of its CPU per message; keyorder's own part of it is half an
-// allocation.
+// A stamp adds one attribute, which costs protobuf's reflective encoding
+// of the attribute map, on both sides of the wire, about 2 µs a message in
+// the whole process; see FIGURES.md, the publisher, for the figures
+// against the official client.
 //
 // # Observability
 //
 // A publisher reports through the OpenTelemetry metric API and log/slog,
 // from the events it already has: a message refused by Publish, a Result
-// settled by its key's gate, a key paused by a failure and resumed. The
+// settled when its request returns, a key's failed tail. The
 // metrics go to [WithMeterProvider]'s provider, by default the global one,
 // which does nothing until the application installs one; the meter is
 // "github.com/keyorder/keyorder/publisher", and every data point carries
@@ -133,36 +144,32 @@
 //     "invalid", refused by Publish with nothing sent: a
 //     [*ValidationError] (P6), a flow-control refusal or a ctx that ended
 //     while waiting for room, or [ErrClosed]. Each Result of Publish or
-//     Retry is counted once, before it is ready; an unordered message,
-//     whose Result is the official client's own, once the publisher's
-//     watch sees it done, and at the latest when Flush or Close returns.
-//     Without the duration metric, a key's message is counted when it is
-//     settled (see Cost): when a caller looks, or within about 0.2 s.
+//     Retry is counted once, before it is ready.
 //   - keyorder.publisher.publish.duration, a histogram in s, by
 //     keyorder.outcome: from the Publish (or Retry) call to the Result,
-//     for each message of a key handed to the official client (not for
-//     unordered messages, which the watch may see done late), so
-//     published, failed and skipped; not for invalid ones, whose Result
-//     is ready when Publish returns.
+//     for each message of a key that was queued (not for unordered
+//     messages), so published, failed and skipped; not for invalid ones,
+//     whose Result is ready when Publish returns.
 //   - keyorder.publisher.paused_keys, a gauge of {key}: keys whose failed
-//     tail is draining, their later messages held (P5).
+//     tail is being failed. A key's tail fails at once, with the failure,
+//     so the gauge is 0 but for that moment.
 //   - keyorder.publisher.hot_keys, a counter of {key}: keys found
 //     publishing faster than the service takes, one per warning.
 //
 // [WithLogger]'s logger, by default slog.Default() as it is when New runs,
 // gets every record with the topic: a key's failure at Warn ("key paused",
 // with the key, the error and how many messages failed with it) and its
-// resume at Info ("key resumed", with how many held messages it sent),
-// once per failure; and a hot key at Warn, once per episode. Nothing is
+// resume at Info ("key resumed", held=0: a key resumes at once), once
+// per failure; and a hot key at Warn, once per episode. Nothing is
 // logged per message.
 //
 // The service takes about 1 MB/s per ordering key. A key is hot when the
 // messages published on it within one 5-second window add up to more than
 // 5 MB, encoded: faster than 1 MB/s on average over the window, which the
 // service needs at least 5 s to take. Windows tumble from the key's first
-// message with nothing else outstanding, and are counted in the key's gate,
+// message with nothing else outstanding, and are counted in the key's queue,
 // which lives while the key has messages outstanding: an episode is the
-// life of the gate, so a key that stays hot warns once, and again only
+// life of the queue, so a key that stays hot warns once, and again only
 // after it has had nothing outstanding. A key whose messages are all done
 // before its next one starts counting afresh: it is not over the
 // service's limit, or its messages would queue.

@@ -52,11 +52,7 @@ func SetRateCheck(p *Publisher, window time.Duration, limit int64, clock func() 
 	p.rec.window, p.rec.limit, p.rec.clock = window, limit, clock
 }
 
-// OfficialReady returns the Ready channel of the official result behind
-// r, a Result of a key's message in flight, without settling r: a test can
-// wait for the service's answer without looking at r.
-func OfficialReady(r *Result) <-chan struct{} {
-	r.gate.mu.Lock()
-	defer r.gate.mu.Unlock()
-	return r.under.Ready()
-}
+// OfficialReady returns a channel closed once the service has answered
+// for r, a Result of a key's message in flight: the publisher settles r
+// as the answer arrives, so it is r's Ready channel.
+func OfficialReady(r *Result) <-chan struct{} { return r.Ready() }

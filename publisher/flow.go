@@ -9,16 +9,12 @@ import (
 
 // flowControl bounds the messages and bytes a publisher has outstanding.
 //
-// keyorder applies it instead of the official client, whose flow controller
-// pauses a message's ordering key when it refuses the message, failing
-// every earlier message of the key that is still queued. Here a refused
-// message fails alone, before its key is touched, and a cancelled ctx
-// leaves no trace.
+// A refused message fails alone, before its key is touched (the official
+// client's flow controller would pause the key, failing every earlier
+// message of it still queued), and a cancelled ctx leaves no trace.
 //
-// Room is released as each message is done, not in publish order (P8): a
-// key's gate releases its messages' room as their batches finish, which is
-// in order within the key (P3), and unordered messages are swept as they
-// finish in any order (see unordered).
+// Room is released as each message is done, not in publish order (P8):
+// when its request returns, whatever the other keys' requests do.
 type flowControl struct {
 	block    bool                // FlowControlBlock; otherwise FlowControlSignalError
 	count    *semaphore.Weighted // outstanding messages
@@ -26,7 +22,9 @@ type flowControl struct {
 	maxMsgs  int64
 	maxBytes int64
 	// reclaim releases room that done messages still hold; acquire
-	// calls it before it refuses a message or waits. Set once by New.
+	// calls it before it refuses a message or waits. Set once by New:
+	// a message's room is released as its request returns, so there is
+	// nothing to reclaim.
 	reclaim func()
 	// waiting, if set, is called when acquire starts to wait: a hook
 	// for tests, set before the first Publish.

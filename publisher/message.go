@@ -36,10 +36,10 @@ type Message struct {
 }
 
 // prepare resolves msg's ordering key (P1), checks it against the service's
-// limits (P6), and writes the official client's message into out. It
+// limits (P6), and writes the message a request carries into out. It
 // returns the message's encoded size, for flow control, or a
 // *ValidationError for bad input, and then leaves out as it was.
-func (p *Publisher) prepare(msg *Message, callKey string, out *pubsub.Message) (size int32, err error) {
+func (p *Publisher) prepare(msg *Message, callKey string, out *pubsubpb.PubsubMessage) (size int32, err error) {
 	if msg == nil {
 		return 0, &ValidationError{Err: ErrNilMessage}
 	}
@@ -110,11 +110,9 @@ func (p *Publisher) prepare(msg *Message, callKey string, out *pubsub.Message) (
 		}
 	}
 	if stamp > 0 && (!own || attrs == nil) {
-		// A map of the message's own, which the gate stamps.
+		// A map of the message's own, which enqueue stamps.
 		attrs = cloneWithRoom(attrs, stamp)
 	}
-	// Field by field: out is in the heap, and a whole-struct copy would
-	// run the write barrier over every pointer of pubsub.Message.
 	out.Data, out.Attributes, out.OrderingKey = msg.Data, attrs, key
 	return int32(n), nil
 }
@@ -134,9 +132,9 @@ func fieldBound(n int) int {
 	return 1 + protowire.SizeVarint(uint64(n)) + n
 }
 
-// maxMessageBytes is the largest encoded message the official client puts
-// in a Publish request to topic: the 10 MB request limit, less the topic
-// field and the framing of the repeated message field.
+// maxMessageBytes is the largest encoded message a Publish request to
+// topic carries: the 10 MB request limit, less the topic field and the
+// framing of the repeated message field.
 func maxMessageBytes(topic string) int {
 	const framing = 5 // tag and length of the one message, as the official client reserves
 	return pubsub.MaxPublishRequestBytes - fieldBound(len(topic)) - framing

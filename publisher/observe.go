@@ -48,7 +48,7 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // A recorder turns the events a Publisher already has into metrics and
-// logs: a message refused by Publish, a Result settled by its key's gate,
+// logs: a message refused by Publish, a Result settled by its sender,
 // a key paused by a failure and resumed, a key's message enqueued. Nothing
 // else in the package measures or logs, so the hot path pays one call per
 // event: with the default, no-op, meter provider, a few nanoseconds (see
@@ -63,10 +63,9 @@ type recorder struct {
 	duration metric.Float64Histogram
 	hotKeys  metric.Int64Counter
 	gauges   metric.Registration // nil if registering failed
-	// pausedKeys counts the keys whose failure is set
-	// (keyState.failure): increased by the watcher that sets it,
-	// decreased by the one that resumes the key; read by the gauge's
-	// callback.
+	// pausedKeys counts the keys whose failed tail is being failed
+	// (keyQueue.fail): increased and decreased by the sender that fails
+	// it; read by the gauge's callback.
 	pausedKeys atomic.Int64
 
 	// The attribute sets, made once: a measurement costs no allocation.
@@ -132,17 +131,17 @@ func newRecorder(cfg *config, topic string) *recorder {
 
 	var err error
 	o.messages, err = m.Int64Counter(metricMessages, metric.WithUnit("{message}"),
-		metric.WithDescription("Messages given to Publish or Retry, by outcome, counted once each: a message of a key before its Result is ready, an unordered one once it is seen done."))
+		metric.WithDescription("Messages given to Publish or Retry, by outcome, counted once each, before its Result is ready."))
 	check(err)
 	o.duration, err = m.Float64Histogram(metricDuration, metric.WithUnit("s"),
-		metric.WithDescription("Time from Publish to its Result, by outcome, for the messages of a key that were handed to the official client."),
+		metric.WithDescription("Time from Publish to its Result, by outcome, for the messages of a key that were queued."),
 		metric.WithExplicitBucketBoundaries(telemetry.DurationBuckets...))
 	check(err)
 	o.hotKeys, err = m.Int64Counter(metricHotKeys, metric.WithUnit("{key}"),
 		metric.WithDescription("Keys found publishing faster than the service's limit per ordering key, once per episode."))
 	check(err)
 	paused, err := m.Int64ObservableGauge(metricPaused, metric.WithUnit("{key}"),
-		metric.WithDescription("Keys held behind a failure: their failed tail is draining, and later messages wait for it."))
+		metric.WithDescription("Keys whose failed tail is being failed; a key resumes once it is."))
 	check(err)
 
 	dest := attribute.String(attrDestination, topic)
@@ -198,11 +197,6 @@ func (p *Publisher) refuse(r *Result, err error) *Result {
 	return r.fail(err)
 }
 
-// timed reports whether the duration metric records anything: its time
-// is the service's answer only if a watch goroutine waits for it (see
-// keyState).
-func (o *recorder) timed(ctx context.Context) bool { return o.duration.Enabled(ctx) }
-
 // counted counts a message's outcome, without its time.
 func (o *recorder) counted(out outcome) {
 	o.messages.Add(context.Background(), 1, o.countAs[out]...)
@@ -216,7 +210,7 @@ func (o *recorder) settled(r *Result, out outcome, now time.Duration) {
 }
 
 // paused records that key's message failed with err and took tail, the
-// key's later messages in flight, with it (P4). The gate's mutex is held.
+// key's later messages outstanding, with it (P4). The shard's mutex is held.
 func (o *recorder) paused(key string, failed *Result, tail []*Result, err error) {
 	now := o.now()
 	o.settled(failed, outFailed, now)
@@ -229,7 +223,7 @@ func (o *recorder) paused(key string, failed *Result, tail []*Result, err error)
 }
 
 // resumed records that key resumed (P5), sending held, the messages
-// published while it was paused. The gate's mutex is held.
+// published while it was paused. The shard's mutex is held.
 func (o *recorder) resumed(key string, held int) {
 	o.pausedKeys.Add(-1)
 	o.log.LogAttrs(context.Background(), slog.LevelInfo, "keyorder/publisher: key resumed",

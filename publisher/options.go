@@ -16,6 +16,7 @@ type Option func(*config) error
 type config struct {
 	defaultKey    string
 	settings      pubsub.PublishSettings
+	batchBounds   bool                 // set by WithPublishSettings: its thresholds bound each request
 	noStamps      bool                 // WithoutStamps (stamp.go)
 	producerID    string               // WithProducerID (stamp.go)
 	stampKey      []byte               // WithStampKey (stamp.go); nil: unsigned
@@ -50,15 +51,35 @@ func WithDefaultOrderingKey(key string) Option {
 	}
 }
 
-// WithPublishSettings sets the official client's batching, timeout and flow
-// control settings. The default is pubsub.DefaultPublishSettings: batches of
-// up to 100 messages or 1 MB, sent after at most 10 ms, with a 60 s timeout
-// and no flow control.
+// WithPublishSettings sets the publisher's batching, timeout and flow
+// control, in the official client's type. Without it, a key's requests
+// carry up to the service's limits, 1,000 messages and 10 MB, a lingering
+// key waits at most 5 ms, requests time out after 60 s, at most 100
+// requests per connection of the client are in flight, and there is no
+// flow control (see the package documentation, Batching).
 //
-// Flow control is applied by keyorder rather than the official client, so
-// that a message refused by flow control fails alone and its key stays
-// open: with FlowControlBlock, Publish blocks until the message fits or its
-// ctx ends; with FlowControlSignalError, it fails at once with
+// With it, the fields apply as in the official client:
+//
+//   - CountThreshold and ByteThreshold bound each request, as the
+//     official client's bundles, and send a lingering key once its
+//     messages reach either; 0 means the service's limit.
+//   - DelayThreshold caps a key's linger, at most 5 ms: the publisher
+//     sends a key once about 1 ms passes without a new message of it,
+//     which is sooner than a fixed delay. 0 sends every key at once.
+//   - Timeout bounds each request, its retries included; 0 means none.
+//   - NumGoroutines bounds the requests in flight, instead of 100 per
+//     connection.
+//   - EnableCompression compresses with gzip a request whose messages
+//     are more than CompressionBytesThreshold bytes.
+//   - FlowControlSettings, as below.
+//
+// BufferedByteLimit does not apply: flow control bounds what is
+// outstanding.
+//
+// Flow control is applied by the publisher, so that a message refused by
+// flow control fails alone and its key stays open: with
+// FlowControlBlock, Publish blocks until the message fits or its ctx
+// ends; with FlowControlSignalError, it fails at once with
 // pubsub.ErrFlowControllerMaxOutstandingMessages or
 // pubsub.ErrFlowControllerMaxOutstandingBytes. A MaxOutstandingMessages of
 // 0 or less means 1000, and a MaxOutstandingBytes of 0 or less means no
@@ -97,6 +118,7 @@ func WithPublishSettings(s pubsub.PublishSettings) Option {
 		}
 		s.CountThreshold = min(s.CountThreshold, pubsub.MaxPublishRequestCount)
 		c.settings = s
+		c.batchBounds = true
 		return nil
 	}
 }

@@ -5,37 +5,59 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"cloud.google.com/go/pubsub/v2"
+	"github.com/googleapis/gax-go/v2"
 
 	"github.com/keyorder/keyorder/internal/resource"
 )
 
-// Publisher publishes messages to one topic with ordering keys. It wraps
-// one official *pubsub.Publisher with message ordering on, which keeps one
-// batch in flight per key (P3), and adds key resolution (P1, P2), input
-// validation (P6), a per-key failure gate with automatic resume (P4, P5),
-// and a shutdown bounded by a context.
+// Publisher publishes messages to one topic with ordering keys. It
+// batches them itself, on the client's TopicAdminClient, one request in
+// flight per key (P3), and adds key resolution (P1, P2), input validation
+// (P6), a key's failed tail failed at once with automatic resume (P4,
+// P5), and a shutdown bounded by a context.
 //
 // A Publisher is safe for concurrent use. Its zero value is not usable:
 // create one with [New].
 type Publisher struct {
-	pub        *pubsub.Publisher
+	client     *pubsub.Client
+	topic      string // full name
 	defaultKey string
 	maxBytes   int          // largest encoded message the service takes on this topic
 	flow       *flowControl // nil when the settings ask for no flow control
 	rec        *recorder    // metrics and logs (observe.go)
 
-	// shards map keys to their gates (gate.go), spread by key so that
-	// Publish calls on different keys rarely share a map's mutex; each
-	// gate has a mutex of its own.
+	// The batching (WithPublishSettings): a request carries at most
+	// countThreshold messages and byteThreshold bytes (0: no limit but
+	// the service's), and a lingering key is sent once it has either;
+	// lingerFor caps a linger (0: none), looked at every lingerTick.
+	// requestBytes is what a request's messages may take.
+	countThreshold int
+	byteThreshold  int64
+	lingerFor      time.Duration
+	lingerTick     time.Duration
+	requestBytes   int
+	// The requests (sender.go): their timeout (0: none), their call
+	// options, with compression above compressAbove bytes (-1: never).
+	timeout        time.Duration
+	callOpts       []gax.CallOption
+	compressedOpts []gax.CallOption
+	compressAbove  int
+
+	// shards map keys to their queues (queue.go), spread by key so that
+	// Publish calls on different keys rarely share a mutex.
 	shards [numShards]shard
 	seed   maphash.Seed // of the shards' hash
-	// unordered keeps track of the unordered messages in the official
-	// client's hands, to count them and release their room (unordered.go).
-	unordered unordered
+	// lingers are the keys lingering before their first request
+	// (linger.go); run the keys ready to send, and the senders
+	// (sender.go).
+	lingers lingers
+	run     runQueue
 	// stamps makes the key counters that stamp keyed messages (stamp.go);
 	// nil without stamps. counterWindow is each shard's share of
 	// counterWindow.
@@ -48,15 +70,13 @@ type Publisher struct {
 	closeMu sync.RWMutex
 	closed  bool // guarded by closeMu
 
-	// watchers counts the gate goroutines, one per key with messages in
-	// flight, and the goroutine that watches unordered messages under
-	// flow control. Add is called by Publish while it holds closeMu for
-	// reading, so every Add happens before Close sets closed and then
-	// waits.
-	watchers sync.WaitGroup
+	// senders counts the sender goroutines (runQueue). A sender is
+	// started by a Publish or Retry call, which holds closeMu for
+	// reading, by the lingers' timer, which Close stops before it waits,
+	// or by a sender; so every Add from zero happens before Close waits.
+	senders sync.WaitGroup
 	// flushing counts the Flush calls under way, and closing is set once
-	// Close has begun: held messages sent while either holds are flushed
-	// at once rather than left to the thresholds (see watch).
+	// Close has begun: a key that would linger is sent at once.
 	flushing  atomic.Int32
 	closing   atomic.Bool
 	closeOnce sync.Once
@@ -89,14 +109,41 @@ func New(client *pubsub.Client, topicID string, opts ...Option) (*Publisher, err
 			return nil, err
 		}
 	}
+	settings := cfg.settings
+	topic := topicName(client, topicID)
 	p := &Publisher{
-		pub:        client.Publisher(topicID),
+		client:     client,
+		topic:      topic,
 		defaultKey: cfg.defaultKey,
-		flow:       newFlowControl(cfg.settings.FlowControlSettings),
+		flow:       newFlowControl(settings.FlowControlSettings),
 		seed:       maphash.MakeSeed(),
 		done:       make(chan struct{}),
+		maxBytes:   maxMessageBytes(topic),
 
-		counterWindow: counterWindow / numShards,
+		countThreshold: maxRequestCount,
+		lingerFor:      min(settings.DelayThreshold, lingerMax),
+		requestBytes:   pubsub.MaxPublishRequestBytes - fieldBound(len(topic)),
+		timeout:        settings.Timeout,
+		compressAbove:  -1,
+		counterWindow:  counterWindow / numShards,
+	}
+	if cfg.batchBounds {
+		// As the official client's bundles.
+		if settings.CountThreshold > 0 {
+			p.countThreshold = min(settings.CountThreshold, maxRequestCount)
+		}
+		p.byteThreshold = int64(settings.ByteThreshold)
+	}
+	p.lingerTick = min(lingerTick, p.lingerFor)
+	if settings.EnableCompression {
+		p.compressAbove = max(settings.CompressionBytesThreshold, 0)
+	}
+	p.callOpts, p.compressedOpts = callOptions(client)
+	p.lingers.p = p
+	p.run.p = p
+	p.run.max = defaultInFlight()
+	if settings.NumGoroutines > 0 {
+		p.run.max = settings.NumGoroutines
 	}
 	if !cfg.noStamps {
 		p.stamps = newStamper(cfg.producerID)
@@ -107,17 +154,11 @@ func New(client *pubsub.Client, topicID string, opts ...Option) (*Publisher, err
 		}
 	}
 	if p.flow != nil {
-		p.flow.reclaim = p.reclaim
+		p.flow.reclaim = func() {}
 	}
-	settings := cfg.settings
-	// keyorder does flow control itself (see flowControl).
-	settings.FlowControlSettings.LimitExceededBehavior = pubsub.FlowControlIgnore
-	p.pub.PublishSettings = settings
-	p.pub.EnableMessageOrdering = true
-	p.maxBytes = maxMessageBytes(p.pub.String())
-	p.rec = newRecorder(&cfg, p.pub.String())
+	p.rec = newRecorder(&cfg, topic)
 	for i := range p.shards {
-		p.shards[i].keys = make(map[string]*keyState)
+		p.shards[i].keys = make(map[string]*keyQueue)
 	}
 	return p, nil
 }
@@ -173,23 +214,18 @@ func (p *Publisher) Publish(ctx context.Context, msg *Message, opts ...PublishOp
 		return p.refuse(r, ErrClosed)
 	}
 	if after != nil && after.hasFailed() {
-		// Checked again in the gate, where it is decided; this saves
-		// making a gate for nothing.
+		// Checked again in enqueue, where it is decided; this saves
+		// taking the shard's mutex for nothing.
 		return p.skipAfter(r, after)
 	}
 	p.send(ctx, r, after)
 	return r
 }
 
-// send hands r, with its room reserved, to its key's gate, or to the
-// official client if it has no key; after is WithAfter's. closeMu is held
-// for reading.
+// send hands r, with its room reserved, to its key's queue; after is
+// WithAfter's. closeMu is held for reading.
 func (p *Publisher) send(ctx context.Context, r *Result, after *Result) {
-	if r.msg.OrderingKey != "" {
-		p.enqueue(ctx, r, after)
-		return
-	}
-	p.sendUnordered(ctx, r)
+	p.enqueue(ctx, r, after)
 }
 
 // skipAfter fails r, unsent, with the cause of after's failure, as a
@@ -205,9 +241,7 @@ func (p *Publisher) skipAfter(r *Result, after *Result) *Result {
 	return r.fail(&PublishError{Key: r.msg.OrderingKey, Err: cause, Skipped: true})
 }
 
-// releaseRoom gives r's room back to flow control, once. r.room is on
-// another cache line than the rest of r: it is looked at only with flow
-// control.
+// releaseRoom gives r's room back to flow control, once.
 func (p *Publisher) releaseRoom(r *Result) {
 	if p.flow != nil && r.room {
 		r.room = false
@@ -218,9 +252,7 @@ func (p *Publisher) releaseRoom(r *Result) {
 // Flush sends every message published before the call without waiting for
 // the batching thresholds, and returns once each of their Results is ready,
 // or with ctx.Err() if ctx ends first; the messages are sent all the same.
-// A message held behind its key's failure (see [PublishError]) is sent when
-// its key resumes, and Flush waits for it too. Outcomes are reported on the
-// Results, not by Flush.
+// Outcomes are reported on the Results, not by Flush.
 //
 // Messages published while Flush runs may or may not be flushed with them.
 // Flush after Close waits for Close's shutdown.
@@ -235,82 +267,23 @@ func (p *Publisher) Flush(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	// The official Flush cannot be cancelled: it runs on its own goroutine,
-	// counted with the watchers so that Close stops the official publisher
-	// only after it. Add happens under closeMu before closed is set, hence
-	// before Close waits.
-	p.watchers.Add(1)
-	p.closeMu.RUnlock()
 	p.flushing.Add(1)
 	defer p.flushing.Add(-1)
-	pending := p.pending()
-	sent := make(chan struct{})
-	go func() {
-		defer p.watchers.Done()
-		defer close(sent)
-		p.pub.Flush()
-	}()
-	// Once the official Flush returns, every message it held has an
-	// official result; the gated Results follow as their keys' watchers
-	// settle them, and held messages as their keys resume.
-	select {
-	case <-sent:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	for _, r := range pending {
+	rs := p.outstanding()
+	p.lingers.endAll(false)
+	p.closeMu.RUnlock()
+	for _, r := range rs {
 		select {
 		case <-r.Ready():
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
-	// The unordered messages are done too: count them now, rather than
-	// when the watch gets to them, so that the metrics hold every message
-	// flushed.
-	p.reclaim()
 	return nil
 }
 
-// pending returns the gated Results that are not ready yet: the messages of
-// every key in the official client's hands or held behind a failure.
-// Unordered messages are not gated; the official Flush answers for them,
-// and Flush then counts them.
-func (p *Publisher) pending() []*Result {
-	var rs []*Result
-	for i := range p.shards {
-		sh := &p.shards[i]
-		sh.mu.Lock()
-		for _, ks := range sh.keys {
-			ks.mu.Lock()
-			for _, r := range ks.inflight {
-				if !r.isReady() {
-					rs = append(rs, r)
-				}
-			}
-			rs = append(rs, ks.held...)
-			ks.mu.Unlock()
-		}
-		sh.mu.Unlock()
-	}
-	return rs
-}
-
-// watchAll makes every lazy gate watched, for shutdown to wait for. No
-// gate is made once closed is set, which it is by then.
-func (p *Publisher) watchAll() {
-	for i := range p.shards {
-		sh := &p.shards[i]
-		sh.mu.Lock()
-		for _, ks := range sh.keys {
-			ks.watchNow()
-		}
-		sh.mu.Unlock()
-	}
-}
-
 // Close stops the publisher: later Publish calls fail with [ErrClosed].
-// It sends what is buffered and returns once every Result is ready and
+// It sends what is gathered and returns once every Result is ready and
 // every goroutine the publisher started has exited.
 //
 // If ctx ends first, Close returns ctx.Err() and the shutdown carries on in
@@ -320,8 +293,8 @@ func (p *Publisher) Close(ctx context.Context) error {
 	p.closeOnce.Do(func() {
 		p.closeMu.Lock()
 		p.closed = true
-		p.closeMu.Unlock()
 		p.closing.Store(true)
+		p.closeMu.Unlock()
 		go p.shutdown()
 	})
 	select {
@@ -332,15 +305,20 @@ func (p *Publisher) Close(ctx context.Context) error {
 	}
 }
 
-// shutdown flushes the official publisher, waits for every gate to drain,
-// then stops the official publisher. A gate that sends held messages while
-// closing flushes them itself (see watch), so one flush here is enough.
+// shutdown sends every lingering key, and waits for the senders, which
+// exit once nothing is left to send.
 func (p *Publisher) shutdown() {
 	defer close(p.done)
-	p.pub.Flush()
-	p.watchAll()
-	p.watchers.Wait()
-	p.stopTicks()
-	p.pub.Stop()
+	p.lingers.endAll(true)
+	p.senders.Wait()
 	p.rec.close()
+}
+
+// topicName returns the full name of topicID, an ID or a full name, in
+// client's project, as the official client names it.
+func topicName(client *pubsub.Client, topicID string) string {
+	if strings.Contains(topicID, "/") {
+		return topicID
+	}
+	return "projects/" + client.Project() + "/topics/" + topicID
 }

@@ -7,23 +7,23 @@ import (
 )
 
 // The service takes about 1 MB/s per ordering key; a key published faster
-// only builds a backlog in the official client, and its latency grows
+// only builds a backlog in the publisher, and its latency grows
 // without bound. The rate check warns about such a key, once per episode.
 const (
 	// rateLimit is the service's publish throughput per ordering key, in
 	// bytes per second.
 	rateLimit = 1_000_000
 	// rateWindow is how long a key must keep above rateLimit, on average,
-	// to be hot: long enough that a burst the official client absorbs in
+	// to be hot: long enough that a burst the publisher absorbs in
 	// a second or two does not count.
 	rateWindow = 5 * time.Second
 )
 
-// keyRate is the rate check of one key, kept in its gate (keyState.rate),
+// keyRate is the rate check of one key, kept in its queue (keyQueue.rate),
 // so that it costs no state once the key is idle (P7).
 //
 // Windows tumble: a window starts at the first message enqueued on the
-// gate, and again at the first message enqueued rateWindow or more after
+// queue, and again at the first message enqueued rateWindow or more after
 // the current window started. The key is hot when the encoded bytes of
 // the messages enqueued in one window (Publish calls, held messages and
 // Retry's included) exceed rateLimit × rateWindow, 5 MB: it then published
@@ -31,12 +31,12 @@ const (
 // least the window's length to take those bytes. It warns as soon as the
 // bytes go over, without waiting for the window to end.
 //
-// An episode is the life of the gate: a hot key warns once, and again
-// only after its gate has been deleted (every message outstanding done)
-// and a new gate finds it hot. A key that goes idle between messages has
-// no gate to count in, and is never found hot; but a key publishing faster
+// An episode is the life of the queue: a hot key warns once, and again
+// only after its queue has been deleted (every message outstanding done)
+// and a new queue finds it hot. A key that goes idle between messages has
+// no queue to count in, and is never found hot; but a key publishing faster
 // than the service takes is never idle, as its backlog waits in the
-// official client.
+// publisher.
 type keyRate struct {
 	start  time.Duration // when the current window started, by recorder.now
 	bytes  int64         // encoded bytes enqueued since start
@@ -44,7 +44,7 @@ type keyRate struct {
 }
 
 // account adds r, just enqueued on key, to the key's rate check, and warns
-// if that makes the key hot. The gate's mutex is held.
+// if that makes the key hot. The shard's mutex is held.
 func (o *recorder) account(key string, kr *keyRate, r *Result) {
 	if kr.warned {
 		return

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 
-	"cloud.google.com/go/pubsub/v2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -40,15 +39,13 @@ import (
 // the messages, or ctx ends while Retry waits for room (see
 // [WithPublishSettings]); or after Close ([ErrClosed]). The Results in
 // failed can then be retried again. Retry needs room for all of its
-// messages at once; a message whose room the failed attempt still holds,
-// because the official client has not yet let go of it, takes that room
-// over.
+// messages at once: a failed message gave its room back when it failed.
 //
 // A failed Result keeps its message, Data and Headers as given to Publish,
 // so that it can be retried: do not modify them until you have retried or
 // dropped the Result. Retry moves the message to the new Result.
 func (p *Publisher) Retry(ctx context.Context, failed ...*Result) ([]*Result, error) {
-	msgs := make([]pubsub.Message, len(failed))
+	msgs := make([]retried, len(failed))
 	for i, r := range failed {
 		m, err := r.take(i)
 		if err != nil {
@@ -71,21 +68,15 @@ func (p *Publisher) Retry(ctx context.Context, failed ...*Result) ([]*Result, er
 		return cmp.Compare(failed[a].seq, failed[b].seq)
 	})
 
-	var moved []bool // moved[i]: failed[i]'s room was taken over
+	var bytes int64
 	if p.flow != nil {
-		moved = make([]bool, len(failed))
-		var n, bytes int64
-		for i, r := range failed {
-			if moved[i] = p.takeRoom(r, msgs[i].OrderingKey); !moved[i] {
-				n++
-				bytes += p.flow.bound(r.size)
-			}
+		// A failed message's room was released when it failed.
+		for _, r := range failed {
+			bytes += p.flow.bound(r.size)
 		}
-		if n > 0 {
-			if err := p.flow.acquire(ctx, n, bytes); err != nil {
-				p.undoRetry(failed, msgs, moved)
-				return nil, err
-			}
+		if err := p.flow.acquire(ctx, int64(len(failed)), bytes); err != nil {
+			p.undoRetry(failed)
+			return nil, err
 		}
 	}
 
@@ -93,51 +84,58 @@ func (p *Publisher) Retry(ctx context.Context, failed ...*Result) ([]*Result, er
 	defer p.closeMu.RUnlock()
 	if p.closed {
 		if p.flow != nil {
-			for i, r := range failed {
-				if !moved[i] {
-					p.flow.release(r.size)
-				}
+			for _, r := range failed {
+				p.flow.release(r.size)
 			}
 		}
-		p.undoRetry(failed, msgs, moved)
+		p.undoRetry(failed)
 		return nil, ErrClosed
 	}
-	retried := make([]*Result, len(failed))
+	out := make([]*Result, len(failed))
 	for _, i := range order {
-		r := &Result{msg: msgs[i], size: failed[i].size, seq: failed[i].seq, room: p.flow != nil, start: p.rec.now()}
+		m := msgs[i]
+		r := &Result{size: failed[i].size, seq: failed[i].seq, room: p.flow != nil, start: p.rec.now()}
+		r.msg.Data, r.msg.Attributes, r.msg.OrderingKey = m.data, m.attrs, m.key
 		p.send(ctx, r, nil)
-		retried[i] = r
+		out[i] = r
 	}
 	for _, r := range failed {
 		r.dropTaken()
 	}
-	return retried, nil
+	return out, nil
+}
+
+// retried is what Retry takes of a failed message to send it again.
+type retried struct {
+	data  []byte
+	attrs map[string]string
+	key   string
 }
 
 // take returns the message of r, Retry's failed[i], and marks it taken,
 // or returns an error matching ErrNotRetryable.
-func (r *Result) take(i int) (pubsub.Message, error) {
+func (r *Result) take(i int) (retried, error) {
 	if r == nil {
-		return pubsub.Message{}, fmt.Errorf("%w: failed[%d] is nil", ErrNotRetryable, i)
+		return retried{}, fmt.Errorf("%w: failed[%d] is nil", ErrNotRetryable, i)
 	}
 	if !r.isReady() {
-		return pubsub.Message{}, fmt.Errorf("%w: failed[%d] is not ready", ErrNotRetryable, i)
+		return retried{}, fmt.Errorf("%w: failed[%d] is not ready", ErrNotRetryable, i)
 	}
 	_, err := r.Get(context.Background())
 	var pe *PublishError
 	switch {
 	case err == nil:
-		return pubsub.Message{}, fmt.Errorf("%w: failed[%d] was published", ErrNotRetryable, i)
+		return retried{}, fmt.Errorf("%w: failed[%d] was published", ErrNotRetryable, i)
 	case !errors.As(err, &pe):
-		return pubsub.Message{}, fmt.Errorf("%w: failed[%d] failed with %v, not a *PublishError", ErrNotRetryable, i, err)
+		return retried{}, fmt.Errorf("%w: failed[%d] failed with %v, not a *PublishError", ErrNotRetryable, i, err)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.taken {
-		return pubsub.Message{}, fmt.Errorf("%w: failed[%d] was retried already, or is given twice", ErrNotRetryable, i)
+		return retried{}, fmt.Errorf("%w: failed[%d] was retried already, or is given twice", ErrNotRetryable, i)
 	}
 	r.taken = true
-	return r.msg, nil
+	return retried{data: r.msg.Data, attrs: r.msg.Attributes, key: r.msg.OrderingKey}, nil
 }
 
 // untake gives back the message that take took, for a Retry that sent
@@ -148,83 +146,26 @@ func (r *Result) untake() {
 	r.taken = false
 }
 
-// dropTaken clears the message that Retry has sent again, unless the
-// official client may still read it: then letGo clears it.
+// dropTaken clears the message that Retry has sent again.
 func (r *Result) dropTaken() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.isDirect() || r.under == nil {
-		r.dropMessage()
-	}
+	r.dropMessage()
 }
 
-// takeRoom takes over the flow-control room that the failed message r,
-// of ordering key key, still holds, and reports whether it did. r's room
-// is guarded by the mutex of the list that holds it: the unordered list,
-// or its key's gate. A keyed message leaves its gate, and its room, before
-// the gate is deleted.
-func (p *Publisher) takeRoom(r *Result, key string) bool {
-	if r.isDirect() {
-		u := &p.unordered
-		u.mu.Lock()
-		defer u.mu.Unlock()
-		had := r.room
-		r.room = false
-		return had
-	}
-	ks := p.gate(key)
-	if ks == nil {
-		return false
-	}
-	defer ks.mu.Unlock()
-	had := r.room
-	r.room = false
-	return had
-}
-
-// undoRetry gives back what a Retry that sends nothing took: each message,
-// and each room taken over, to its failed Result if that still holds its
-// message in the official client, or else to flow control.
-func (p *Publisher) undoRetry(failed []*Result, msgs []pubsub.Message, moved []bool) {
-	for i, r := range failed {
-		if moved != nil && moved[i] && !p.giveRoom(r, msgs[i].OrderingKey) {
-			p.flow.release(r.size)
-		}
+// undoRetry gives back the messages a Retry that sends nothing took.
+func (p *Publisher) undoRetry(failed []*Result) {
+	for _, r := range failed {
 		r.untake()
 	}
 }
 
-// giveRoom gives r, of ordering key key, back the room takeRoom took, and
-// reports whether it could: not once r has left its list, whose owner
-// would not release it.
-func (p *Publisher) giveRoom(r *Result, key string) bool {
-	if r.isDirect() {
-		u := &p.unordered
-		u.mu.Lock()
-		defer u.mu.Unlock()
-		if slices.Contains(u.inflight, r) {
-			r.room = true
-			return true
-		}
-		return false
-	}
-	ks := p.gate(key)
-	if ks == nil {
-		return false
-	}
-	defer ks.mu.Unlock()
-	if slices.Contains(ks.inflight, r) {
-		r.room = true
-		return true
-	}
-	return false
-}
-
 // Retryable reports whether err, as returned by [Result.Get], is a publish
 // failure that may succeed if retried with [Publisher.Retry]: a
-// [*PublishError] whose cause is transient. The official client has
-// already retried such causes for the publish Timeout (60 s by default,
-// see [WithPublishSettings]) before reporting them:
+// [*PublishError] whose cause is transient. The publisher has already
+// retried such causes, with the client's retry settings, for the publish
+// Timeout (60 s by default, see [WithPublishSettings]) before reporting
+// them:
 //
 //   - Unavailable, DeadlineExceeded, ResourceExhausted, Aborted, Internal
 //     and Unknown status codes;

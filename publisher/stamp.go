@@ -10,8 +10,6 @@ import (
 	"sync"
 	"unicode/utf8"
 
-	"cloud.google.com/go/pubsub/v2"
-
 	"github.com/keyorder/keyorder/ordering"
 )
 
@@ -196,8 +194,8 @@ func (s *stamper) reincarnate() {
 	s.epoch = 0
 }
 
-// A counter numbers the messages of one key. It lives in the key's gate
-// while the key has messages in flight, and in its shard's cache while the
+// A counter numbers the messages of one key. It lives in the key's queue
+// while the key has messages outstanding, and in its shard's cache while the
 // key is idle, until the cache drops it.
 type counter struct {
 	producer string // the incarnation it counts in
@@ -217,10 +215,11 @@ func (s *stamper) newCounter() counter {
 }
 
 // stamp writes the key's next number and its producer into r's attributes,
-// a map of r's own with room for the stamp's attribute. The gate's mutex is held: numbers
-// are given in the order the official client takes the messages (P3).
-func (p *Publisher) stamp(ks *keyState, r *Result) {
-	c := &ks.counter
+// a map of r's own with room for the stamp's attribute, and signs it if
+// asked. The shard's mutex is held: numbers are given in the order the
+// messages are queued, which is the order they are sent (P3).
+func (p *Publisher) stamp(q *keyQueue, r *Result) {
+	c := &q.counter
 	if c.n == math.MaxUint32 {
 		*c = p.stamps.newCounter()
 	}
@@ -249,17 +248,17 @@ func isStampAttribute(k string) bool {
 // restamp prepares m, a failed message that Retry sends again, to be
 // stamped anew: a failed message's number is never given again, since the
 // service may have stored it, and the key's later messages may have been
-// stored since (P5). The attribute map is copied, as the official client
-// may still read the old one.
-func (p *Publisher) restamp(m *pubsub.Message) {
-	if p.stamped(m.OrderingKey) {
-		m.Attributes = maps.Clone(m.Attributes)
+// stored since (P5). The attribute map is copied, as the failed Result
+// keeps the old one until Retry has sent.
+func (p *Publisher) restamp(m *retried) {
+	if p.stamped(m.key) {
+		m.attrs = maps.Clone(m.attrs)
 	}
 }
 
 // counters keeps the counters of a shard's idle keys, in two generations:
-// a key's counter goes into cur when its gate is deleted, and is taken
-// out, from either, when the key has a gate again. When cur is full, it
+// a key's counter goes into cur when its queue is deleted, and is taken
+// out, from either, when the key has a queue again. When cur is full, it
 // becomes old, and the counters in old are dropped: a counter stays kept
 // while fewer than window counters of the shard are kept after it, and at
 // most 2×window are kept. Dropping a whole map, rather than entries, gives

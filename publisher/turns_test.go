@@ -82,9 +82,10 @@ func keyorderSide(b *testing.B, name string, p *publisher.Publisher, n int, name
 // (ratio-) and of its CPU time over its base's (cpu-ratio-); publish-ns/msg
 // is the time spent in Publish calls, which sets how many messages of a
 // key gather while its previous batch is in flight. Run it with
-// a fixed count of ops, such as -benchtime=20x.
-func takeTurns(b *testing.B, msgs int, rpcs *atomic.Int64, sides []side) {
-	took := make([][]time.Duration, len(sides))
+// a fixed count of ops, such as -benchtime=20x. It returns the time of
+// each side's rounds.
+func takeTurns(b *testing.B, msgs int, rpcs *atomic.Int64, sides []side) (took [][]time.Duration) {
+	took = make([][]time.Duration, len(sides))
 	cpu := make([][]time.Duration, len(sides))
 	publishing := make([]time.Duration, len(sides))
 	sent := make([]int64, len(sides))
@@ -121,6 +122,7 @@ func takeTurns(b *testing.B, msgs int, rpcs *atomic.Int64, sides []side) {
 		b.ReportMetric(medianRatio(took[base], took[i]), "ratio-"+s.name)
 		b.ReportMetric(medianRatio(cpu[i], cpu[base]), "cpu-ratio-"+s.name)
 	}
+	return took
 }
 
 func sum(ds []time.Duration) time.Duration {
