@@ -236,7 +236,7 @@ func (e *pushEndpoint) run(req *http.Request, m *pubsub.Message) (outcome, *park
 		defer done()
 	}
 	r.s.counts.received.Add(1)
-	j := newJob(ctx, m)
+	j := r.arrived(ctx, m)
 	j.d.DeliveryAttempt = j.deliveryAttempt()
 	j.retriesByNack = true // S5: the service's backoff spaces the retries
 	if p != nil && j.d.Key != "" {
