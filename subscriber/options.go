@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/keyorder/keyorder/internal/resource"
+	"github.com/keyorder/keyorder/ordering"
 )
 
 // Defaults of the options.
@@ -48,6 +49,7 @@ type config struct {
 	exactlyOnce    bool
 	seqWindow      int                  // sequence.go
 	anyOrder       bool                 // sequence.go: WithUnorderedRedelivery
+	stampKeys      *ordering.StampKeys  // stampkey.go: nil verifies nothing
 	onGap          func(Gap)            // sequence.go
 	quiet          time.Duration        // replay.go
 	meterProvider  metric.MeterProvider // nil: the global one, when Receive starts

@@ -149,6 +149,10 @@ type Stats struct {
 	// a bound of [WithSequenceWindow] was reached, and what the window
 	// forgot runs again rather than being taken for a copy (S12).
 	Rerun int64
+	// Unverified counts deliveries whose stamp's signature was missing or
+	// wrong, with [WithStampKey]: they ran as unstamped messages, never
+	// taken for copies (stampkey.go).
+	Unverified int64
 	// Parked counts messages moved to the parking topic and acked
 	// ([WithParking]), and Released the parked messages run by
 	// [Subscription.Release].
@@ -196,6 +200,7 @@ type counters struct {
 	settled                                            [numOutcomes]atomic.Int64 // by outcome (receive.go)
 	received, retried, failed, deadLettered, ackFailed atomic.Int64
 	duplicates, gaps, uncertainGaps, rerun             atomic.Int64 // sequence.go
+	unverified                                         atomic.Int64 // stampkey.go
 	parked, released                                   atomic.Int64 // park.go
 }
 
@@ -226,6 +231,7 @@ func (s *Subscription) Stats() Stats {
 		Gaps:           c.gaps.Load(),
 		UncertainGaps:  c.uncertainGaps.Load(),
 		Rerun:          c.rerun.Load(),
+		Unverified:     c.unverified.Load(),
 		Parked:         c.parked.Load(),
 		Released:       c.released.Load(),
 	}
