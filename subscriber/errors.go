@@ -182,6 +182,12 @@ var ErrParkedAgain = errors.New("keyorder/subscriber: a released message failed 
 // pending.
 var ErrNoRequest = errors.New("keyorder/subscriber: no release request is pending for the key")
 
+// ErrWithdrawn is returned, wrapped with the key, by a
+// [Subscription.Release] that waited for another process to carry out its
+// request, when the request was withdrawn ([Subscription.WithdrawRelease])
+// before any release of it began: the key stays parked, nothing of it ran.
+var ErrWithdrawn = errors.New("keyorder/subscriber: the release request was withdrawn; the key stays parked")
+
 // ErrUnsupported is matched, through errors.Is, by the *[UnsupportedError]
 // that [CreateWithTopic] and [Open] return with [WithParking], and
 // [Replay] returns, when the server lacks a call they need: Google's

@@ -113,6 +113,9 @@ func recordRequest(ctx context.Context, lg *controllog.Log, key string) (control
 // Release returns it.
 func awaitRequest(ctx context.Context, lg *controllog.Log, req controllog.Asked) error {
 	err := lg.Await(ctx, req)
+	if ended, ok := errors.AsType[*controllog.RequestEnded](err); ok && ended.Withdrawn {
+		return fmt.Errorf("%w: %q", ErrWithdrawn, req.Key)
+	}
 	if ended, ok := errors.AsType[*controllog.RequestEnded](err); ok {
 		return fmt.Errorf("%w: %q at message %s: %w", ErrParkedAgain, req.Key, ended.Msg, errors.New(ended.Err))
 	}
@@ -206,19 +209,25 @@ func (p *parking) claimRequests(rt *requestRuns) (next time.Time, ok bool) {
 func (p *parking) carryOut(pr controllog.PendingRelease, rt *requestRuns) {
 	err := errHandlerExitedRelease
 	defer func() {
-		retry := err != nil && !errors.Is(err, ErrParkedAgain) && !errors.Is(err, ErrNotParked) && !errors.Is(err, ErrNotReceiving)
+		over := errors.Is(err, ErrParkedAgain) || errors.Is(err, ErrNotParked) || errors.Is(err, ErrNotReceiving) || errors.Is(err, errRequestEnded)
+		retry := err != nil && !over
 		rt.ended(pr.Key, retry, p.r.backoff)
 		p.rel.exit(pr.Key) // wakes the watch
-		if err != nil && !errors.Is(err, ErrNotReceiving) && !errors.Is(err, ErrNotParked) && !errors.Is(err, ErrReleasing) {
+		if err != nil && !errors.Is(err, ErrNotReceiving) && !errors.Is(err, ErrNotParked) && !errors.Is(err, ErrReleasing) && !errors.Is(err, errRequestEnded) {
 			// ErrReleasing: another Receive won the claim, or took over.
 			p.r.obs.releaseRequestFailed(pr.Key, pr.Requester, err, retry)
 		}
 	}()
 	err = p.sync(p.ops)
-	if err == nil && p.log.Pending(pr.Key, pr.ParkID) != nil {
-		err = p.claimAndRun(p.ops, pr.Key)
+	if err == nil && stillAsked(p.log.Pending(pr.Key, pr.ParkID), pr.Requested) {
+		err = p.claimAndRun(p.ops, pr.Key, pr.Requested)
 	}
 }
+
+// errRequestEnded is what a run of a request ends with when the log
+// refused its claim because the request had ended meanwhile (withdrawn,
+// or carried out): nothing ran, and there is nothing to try again.
+var errRequestEnded = errors.New("keyorder/subscriber: the release request ended before its claim")
 
 // errHandlerExitedRelease is what a release run ends with when a callback
 // it ran exited its goroutine.
