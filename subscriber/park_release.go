@@ -48,6 +48,12 @@ type ParkedKey struct {
 // has caught up with the control log, or else from a replay of the log.
 // It returns an error matching [ErrNoParking] without [WithParking], and
 // ctx.Err() if ctx ends first.
+//
+// Parked returns by its ctx, whatever the control topic does: if ctx ends
+// before the running Receive has caught up, it returns the keys as that
+// Receive last saw them, with ctx.Err(); without a Receive, it returns
+// ctx.Err() within about a second, as a replay that did not finish knows
+// nothing whole.
 func (s *Subscription) Parked(ctx context.Context) (_ []ParkedKey, err error) {
 	defer func() { err = ended(ctx, "listing parked keys", err) }()
 	if s == nil {
@@ -58,10 +64,12 @@ func (s *Subscription) Parked(ctx context.Context) (_ []ParkedKey, err error) {
 	}
 	if r := s.current.Load(); r != nil && r.park != nil {
 		err := r.park.sync(ctx)
-		if err == nil {
+		switch {
+		case err == nil:
 			return parkedKeys(r.park.log), nil
-		}
-		if !errors.Is(err, ErrNotReceiving) {
+		case ctx.Err() != nil:
+			return parkedKeys(r.park.log), err // what it knows: as of the last event applied
+		case !errors.Is(err, ErrNotReceiving):
 			return nil, err
 		}
 	}

@@ -85,8 +85,18 @@ func (s *Subscription) askRelease(ctx context.Context, key string, wait bool) er
 // openLog opens the subscription's control log for a program that runs
 // no Receive: it replays the log, then follows it until closed.
 func (s *Subscription) openLog(ctx context.Context) (*controllog.Log, error) {
-	return controllog.Open(ctx, s.client, s.parking.logConfig(s.name, 10*time.Second, false))
+	return controllog.Open(ctx, s.client, s.parking.logConfig(s.name, oneOffDrain, false))
 }
+
+// oneOffDrain is the drain of a one-off Log (controllog.Config.Drain): its
+// Close, and the cleanup of an Open that failed, give up on the server a
+// second after it, so that Parked, RequestRelease, WithdrawRelease and a
+// Release without a Receive return within about a second of their ctx's
+// end, whatever the server does. Such a Log has nothing to drain: the
+// events that matter, a request or a withdrawal, are recorded (Record)
+// before it closes; only its follower's subscription is deleted then,
+// which otherwise expires after a day.
+const oneOffDrain = 0
 
 // asker names this process in the requests it records: the program, its
 // host and its process ID, for an operator to read in Parked.
@@ -141,6 +151,7 @@ func fromLog(err error) error {
 // p.rel with the releases it runs, so that the shutdown waits for them
 // (S7). Called by startParking, before anything else runs.
 func (p *parking) startRequests() {
+	p.rel.ended() // the channel exists before any release can end
 	p.rel.wg.Add(1)
 	go p.serveRequests()
 }
