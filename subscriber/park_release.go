@@ -119,7 +119,8 @@ func parkedKeys(lg *controllog.Log) []ParkedKey {
 // on s, an error with its text, as the log keeps it).
 //
 // Release returns an error matching [ErrNotParked] when the key is not
-// parked, at once; [ErrNoParking] without [WithParking]; and ctx.Err()
+// parked, at once, which also matches [ErrReleased] if a release unparked
+// it within the last hour; [ErrNoParking] without [WithParking]; and ctx.Err()
 // when ctx ends first. Where a Receive runs on s, it also returns
 // [ErrNotReceiving] when that Receive stops during the release, and
 // [ErrReleasing] when another release of the key runs, here or on another
@@ -223,7 +224,7 @@ func (p *parking) release(ctx context.Context, key string) error {
 func (p *parking) claimAndRun(ctx context.Context, key string, asked time.Time) error {
 	rec := p.log.Lookup(key)
 	if rec == nil {
-		return fmt.Errorf("%w: %q", ErrNotParked, key)
+		return notParked(p.log, key, fmt.Errorf("%w: %q", ErrNotParked, key))
 	}
 	claim := controllog.Event{Kind: controllog.Claim, Key: key, ParkID: rec.ParkID}
 	if !asked.IsZero() {

@@ -43,7 +43,8 @@ import (
 // that knows requests: an older one ignores them.
 //
 // RequestRelease works with or without a Receive on s. It returns an error
-// matching [ErrNotParked] when the key is not parked, [ErrNoParking]
+// matching [ErrNotParked] when the key is not parked (and [ErrReleased]
+// too if a release unparked it within the last hour), [ErrNoParking]
 // without [WithParking], ctx.Err() if ctx ends first, and the service's
 // error if the control log cannot be read or written.
 func (s *Subscription) RequestRelease(ctx context.Context, key string) (err error) {
@@ -116,7 +117,19 @@ var asker = sync.OnceValue(func() string {
 // whose state must be caught up (controllog.Log.Ask), and returns it.
 func recordRequest(ctx context.Context, lg *controllog.Log, key string) (controllog.Asked, error) {
 	req, err := lg.Ask(ctx, key, asker())
-	return req, fromLog(err)
+	return req, notParked(lg, key, fromLog(err))
+}
+
+// notParked adds to err, if it says that key is not parked, that a
+// release unparked it lately, when lg says so (ErrReleased).
+func notParked(lg *controllog.Log, key string, err error) error {
+	if !errors.Is(err, ErrNotParked) {
+		return err
+	}
+	if at, ok := lg.Unparked(key); ok {
+		return fmt.Errorf("%w: %q was unparked at %s, its parked messages run: %w", ErrReleased, key, at.UTC().Format(time.RFC3339), ErrNotParked)
+	}
+	return err
 }
 
 // awaitRequest waits for req's outcome in lg (controllog.Log.Await), as

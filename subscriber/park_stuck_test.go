@@ -27,7 +27,8 @@ func isControl(kind string) func(*pubsubpb.PubsubMessage) bool {
 // response. Nothing else moves the log. The Receive must still carry out
 // the pending request, within a few seconds, once the stop frees the
 // park: it looks when its own release ends, and again when the stop is
-// applied. The release's retry backoff is long (10 s), so that a look
+// applied. A release asked for again then says the key was released.
+// The release's retry backoff is long (10 s), so that a look
 // put off to it fails the test.
 func TestRequestAfterALocalReleaseGaveUp(t *testing.T) {
 	t.Parallel()
@@ -76,6 +77,16 @@ func TestRequestAfterALocalReleaseGaveUp(t *testing.T) {
 		return err == nil && len(list) == 0
 	}), "the request was not carried out in 5 s: %s", e.describe())
 	t.Logf("carried out in %v", time.Since(begun))
+
+	// Asked again, with or without a Receive: it says the key was
+	// released, not only that it is not parked.
+	for _, s := range []*subscriber.Subscription{e.sub, service} {
+		err := s.Release(ctx, "key-0")
+		require.ErrorIs(t, err, subscriber.ErrReleased)
+		require.ErrorIs(t, err, subscriber.ErrNotParked)
+		require.ErrorIs(t, s.RequestRelease(ctx, "key-0"), subscriber.ErrReleased)
+	}
+	require.NotErrorIs(t, e.sub.Release(ctx, "key-9"), subscriber.ErrReleased)
 }
 
 // TestParkedReturnsByItsCtx: with the control topic's publishes held, no

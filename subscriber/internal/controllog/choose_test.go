@@ -90,3 +90,30 @@ func TestWireFormatOfChoices(t *testing.T) {
 		})
 	}
 }
+
+// TestUnparked: the log tells, for an hour, that a key's park ended, so
+// that a release asked for again is told it ran; a snapshot keeps it.
+func TestUnparked(t *testing.T) {
+	t.Parallel()
+	s := newCtlState(testLease)
+	for _, ev := range []event{
+		{Kind: Park, Key: "k", Park: "p1"},
+		{Kind: Forward, Key: "k", Park: "p1", IDs: []string{"m1"}},
+		{Kind: Claim, Key: "k", Park: "p1", By: "a"},
+		{Kind: Progress, Key: "k", Park: "p1", By: "a", IDs: []string{"m1"}},
+		{Kind: Unpark, Key: "k", Park: "p1", By: "a", N: 1},
+	} {
+		require.True(t, s.apply(&ev, start.Add(time.Second)).Applied, "%+v", ev)
+	}
+	at, ok := s.unparked("k")
+	assert.True(t, ok)
+	assert.Equal(t, start.Add(time.Second), at)
+	_, ok = s.unparked("other")
+	assert.False(t, ok)
+	at, ok = fromSnapshot(snapshotOf(s), testLease).unparked("k")
+	assert.True(t, ok, "a snapshot keeps it")
+	assert.Equal(t, start.Add(time.Second), at)
+	s.prune(start.Add(releasedKeep + 2*time.Second))
+	_, ok = s.unparked("k")
+	assert.False(t, ok, "forgotten after an hour")
+}

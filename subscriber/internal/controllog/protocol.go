@@ -73,6 +73,16 @@ func (l *Log) Ask(ctx context.Context, key, who string) (Asked, error) {
 	}
 }
 
+// Unparked returns when key's last park ended, by the service's clock, if
+// it ended within the last hour: a release asked for again is told that
+// one ran. It scans the parks ended in the last 31 days, for a question
+// an operator asks.
+func (l *Log) Unparked(key string) (time.Time, bool) {
+	l.f.mu.Lock()
+	defer l.f.mu.Unlock()
+	return l.f.rp.state.unparked(key)
+}
+
 // Pending returns the request pending on key's park park, nil if none is.
 func (l *Log) Pending(key, park string) *PendingRelease {
 	for _, p := range l.PendingReleases() {

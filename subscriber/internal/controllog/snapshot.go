@@ -31,7 +31,7 @@ func snapshotOf(s *ctlState) []*snapshotPart {
 		}
 	}
 	for _, e := range s.ended {
-		cur.Ended = append(cur.Ended, &endedPark{Park: e.Park, At: e.At, IDs: e.IDs})
+		cur.Ended = append(cur.Ended, &endedPark{Park: e.Park, At: e.At, IDs: e.IDs, Key: e.Key})
 		add(1 + len(e.IDs))
 	}
 	for _, rec := range s.keys {

@@ -107,6 +107,10 @@ type endedPark struct {
 	Park string    `json:"park"`
 	At   time.Time `json:"at"`
 	IDs  []string  `json:"ids,omitempty"`
+	// Key is the park's key, kept with its IDs (releasedKeep), so that a
+	// release asked for again is told it happened (Unparked). Added after
+	// the rest: an older snapshot lacks it.
+	Key string `json:"key,omitempty"`
 }
 
 // ctlState is the parking state the control log describes. It is not safe
@@ -189,7 +193,11 @@ func (s *ctlState) apply(ev *event, at time.Time) Verdict {
 		if ok = matches && rec.Owner == ev.By && len(rec.IDs) == ev.N && rec.Remaining() == 0; ok {
 			s.endRequest(rec)
 			delete(s.keys, ev.Key)
-			s.ended[rec.ParkID] = &endedPark{Park: rec.ParkID, At: at, IDs: rec.Released}
+			e := &endedPark{Park: rec.ParkID, At: at, IDs: rec.Released}
+			if len(e.IDs) > 0 {
+				e.Key = rec.Key // kept with the IDs
+			}
+			s.ended[rec.ParkID] = e
 			for _, id := range rec.Released {
 				s.released[id] = rec.ParkID
 			}
@@ -232,7 +240,7 @@ func (s *ctlState) prune(now time.Time) {
 					delete(s.released, m)
 				}
 			}
-			e.IDs = nil
+			e.IDs, e.Key = nil, ""
 		}
 		if now.Sub(e.At) > endedKeep {
 			delete(s.ended, id)
@@ -257,6 +265,16 @@ func (s *ctlState) list() []Summary {
 		return cmp.Compare(a.Key, b.Key)
 	})
 	return out
+}
+
+// unparked returns when key's last park ended, if within releasedKeep.
+func (s *ctlState) unparked(key string) (at time.Time, ok bool) {
+	for _, e := range s.ended {
+		if e.Key == key && e.IDs != nil && e.At.After(at) {
+			at, ok = e.At, true
+		}
+	}
+	return at, ok
 }
 
 // record returns a copy of key's park, nil if it is not parked.
