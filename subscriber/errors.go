@@ -182,6 +182,19 @@ var ErrParkedAgain = errors.New("keyorder/subscriber: a released message failed 
 // pending.
 var ErrNoRequest = errors.New("keyorder/subscriber: no release request is pending for the key")
 
+// ErrReleased is returned, wrapped with the key and [ErrNotParked], by
+// [Subscription.Release] and [Subscription.RequestRelease] for a key that
+// is not parked because a release unparked it within the last hour: an
+// earlier request, by another operator or a command run twice, was
+// carried out meanwhile, and what it parked has run.
+var ErrReleased = errors.New("keyorder/subscriber: the key was released already")
+
+// ErrWithdrawn is returned, wrapped with the key, by a
+// [Subscription.Release] that waited for another process to carry out its
+// request, when the request was withdrawn ([Subscription.WithdrawRelease])
+// before any release of it began: the key stays parked, nothing of it ran.
+var ErrWithdrawn = errors.New("keyorder/subscriber: the release request was withdrawn; the key stays parked")
+
 // ErrUnsupported is matched, through errors.Is, by the *[UnsupportedError]
 // that [CreateWithTopic] and [Open] return with [WithParking], and
 // [Replay] returns, when the server lacks a call they need: Google's

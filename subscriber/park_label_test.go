@@ -4,13 +4,16 @@ import (
 	"context"
 	"maps"
 	"strings"
+	"sync"
 	"testing"
 
+	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
+	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/subscriber"
 )
 
@@ -99,4 +102,55 @@ func TestParkingOnAndOff(t *testing.T) {
 
 	stop := start(t, s, func(context.Context, *subscriber.Delivery) error { return nil })
 	stop()
+}
+
+// TestParkingChosenOnce: two processes, each with its own client, open an
+// unlabelled subscription at the same moment, one with WithParking(t1),
+// the other with WithParking(t2). Each read finds no label, so a read
+// then a write would let both run, splitting a key's parked messages
+// over two topics; the control log's order picks one instead. In every
+// round exactly one opens it, the other gets ErrInvalidConfig, and the
+// label names the winner's topic.
+func TestParkingChosenOnce(t *testing.T) {
+	t.Parallel()
+	srv, client := harness.Fake(t)
+	clients := [2]*pubsub.Client{client, harness.Client(t, srv.Addr)}
+	topics := [2]string{"chosen-1", "chosen-2"}
+	ctx := testContext(t)
+	for round := range 20 {
+		topic, subID := names()
+		_, err := subscriber.CreateWithTopic(ctx, client, topic, subID)
+		require.NoError(t, err)
+		gate := make(chan struct{})
+		var errs [2]error
+		var wg sync.WaitGroup
+		for i := range 2 {
+			wg.Go(func() {
+				<-gate
+				_, errs[i] = subscriber.Open(ctx, clients[i], subID, subscriber.WithParking(topics[i]))
+			})
+		}
+		close(gate)
+		wg.Wait()
+		label := "?"
+		if sub, err := client.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: path(client, "subscriptions", subID)}); err == nil {
+			label = sub.GetLabels()[subscriber.LabelParking]
+		}
+		switch {
+		case errs[0] == nil && errs[1] == nil:
+			t.Fatalf("round %d: both opened it, with two topics; the label says %s", round, label)
+		case errs[0] != nil && errs[1] != nil:
+			t.Fatalf("round %d: neither opened it: %v; %v", round, errs[0], errs[1])
+		}
+		winner := 0
+		if errs[0] != nil {
+			winner = 1
+		}
+		require.ErrorIs(t, errs[1-winner], subscriber.ErrInvalidConfig, "round %d", round)
+		assert.Equal(t, topics[winner], label, "round %d", round)
+		_, err = subscriber.Open(ctx, client, subID, subscriber.WithParking(topics[winner]))
+		require.NoError(t, err, "round %d: the winner's topic opens it", round)
+		_, err = subscriber.Open(ctx, client, subID, subscriber.WithParking(topics[1-winner]))
+		require.ErrorIs(t, err, subscriber.ErrInvalidConfig, "round %d: the loser's does not", round)
+	}
 }

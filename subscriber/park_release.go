@@ -48,6 +48,12 @@ type ParkedKey struct {
 // has caught up with the control log, or else from a replay of the log.
 // It returns an error matching [ErrNoParking] without [WithParking], and
 // ctx.Err() if ctx ends first.
+//
+// Parked returns by its ctx, whatever the control topic does: if ctx ends
+// before the running Receive has caught up, it returns the keys as that
+// Receive last saw them, with ctx.Err(); without a Receive, it returns
+// ctx.Err() within about a second, as a replay that did not finish knows
+// nothing whole.
 func (s *Subscription) Parked(ctx context.Context) (_ []ParkedKey, err error) {
 	defer func() { err = ended(ctx, "listing parked keys", err) }()
 	if s == nil {
@@ -58,10 +64,12 @@ func (s *Subscription) Parked(ctx context.Context) (_ []ParkedKey, err error) {
 	}
 	if r := s.current.Load(); r != nil && r.park != nil {
 		err := r.park.sync(ctx)
-		if err == nil {
+		switch {
+		case err == nil:
 			return parkedKeys(r.park.log), nil
-		}
-		if !errors.Is(err, ErrNotReceiving) {
+		case ctx.Err() != nil:
+			return parkedKeys(r.park.log), err // what it knows: as of the last event applied
+		case !errors.Is(err, ErrNotReceiving):
 			return nil, err
 		}
 	}
@@ -111,12 +119,15 @@ func parkedKeys(lg *controllog.Log) []ParkedKey {
 // on s, an error with its text, as the log keeps it).
 //
 // Release returns an error matching [ErrNotParked] when the key is not
-// parked, at once; [ErrNoParking] without [WithParking]; and ctx.Err()
+// parked, at once, which also matches [ErrReleased] if a release unparked
+// it within the last hour; [ErrNoParking] without [WithParking]; and ctx.Err()
 // when ctx ends first. Where a Receive runs on s, it also returns
 // [ErrNotReceiving] when that Receive stops during the release, and
 // [ErrReleasing] when another release of the key runs, here or on another
 // process (one whose process died is taken over after 30 s without a sign
-// of life); where none runs, Release waits for such a release to end.
+// of life); where none runs, Release waits for such a release to end, and
+// returns an error matching [ErrWithdrawn] if its request is withdrawn
+// ([Subscription.WithdrawRelease]) before a release of it begins.
 func (s *Subscription) Release(ctx context.Context, key string) (err error) {
 	defer func() { err = ended(ctx, "releasing", err) }()
 	if s == nil {
@@ -201,27 +212,43 @@ func (p *parking) release(ctx context.Context, key string) error {
 	if err := p.sync(ctx); err != nil {
 		return err
 	}
-	return p.claimAndRun(ctx, key)
+	return p.claimAndRun(ctx, key, time.Time{})
 }
 
 // claimAndRun claims the release of key's park and runs it. The caller has
 // entered the key in p.rel, and synced with the log since it decided to.
-func (p *parking) claimAndRun(ctx context.Context, key string) error {
+// A run that carries out a request names it, asked (its time), and the
+// log refuses its claim unless the request is still pending: then
+// nothing runs, and it returns errRequestEnded. A Release's own run
+// passes zero.
+func (p *parking) claimAndRun(ctx context.Context, key string, asked time.Time) error {
 	rec := p.log.Lookup(key)
 	if rec == nil {
-		return fmt.Errorf("%w: %q", ErrNotParked, key)
+		return notParked(p.log, key, fmt.Errorf("%w: %q", ErrNotParked, key))
 	}
-	v, err := p.log.Record(ctx, controllog.Event{Kind: controllog.Claim, Key: key, ParkID: rec.ParkID})
+	claim := controllog.Event{Kind: controllog.Claim, Key: key, ParkID: rec.ParkID}
+	if !asked.IsZero() {
+		claim = controllog.ClaimFor(controllog.PendingRelease{Key: key, ParkID: rec.ParkID, Requested: asked})
+	}
+	v, err := p.log.Record(ctx, claim)
 	switch {
 	case err != nil:
 		return err
 	case v.ParkID != rec.ParkID:
 		return fmt.Errorf("%w: %q", ErrNotParked, key)
+	case !v.Applied && !asked.IsZero() && !stillAsked(p.log.Pending(key, rec.ParkID), asked):
+		return errRequestEnded // the state is no older than the verdict
 	case !v.Applied:
 		return fmt.Errorf("%w: %q, by another process", ErrReleasing, key)
 	}
 	run := &releaseRun{p: p, key: key, park: rec.ParkID, since: rec.Since, done: map[string]bool{}, content: map[string]*pubsub.Message{}}
 	return run.run(ctx)
+}
+
+// stillAsked reports whether pending, a park's pending request or nil, is
+// the request made at asked.
+func stillAsked(pending *controllog.PendingRelease, asked time.Time) bool {
+	return pending != nil && pending.Requested.Equal(asked)
 }
 
 // A releaseRun is one release of one park. It reads the parking topic

@@ -43,7 +43,8 @@ import (
 // that knows requests: an older one ignores them.
 //
 // RequestRelease works with or without a Receive on s. It returns an error
-// matching [ErrNotParked] when the key is not parked, [ErrNoParking]
+// matching [ErrNotParked] when the key is not parked (and [ErrReleased]
+// too if a release unparked it within the last hour), [ErrNoParking]
 // without [WithParking], ctx.Err() if ctx ends first, and the service's
 // error if the control log cannot be read or written.
 func (s *Subscription) RequestRelease(ctx context.Context, key string) (err error) {
@@ -85,8 +86,18 @@ func (s *Subscription) askRelease(ctx context.Context, key string, wait bool) er
 // openLog opens the subscription's control log for a program that runs
 // no Receive: it replays the log, then follows it until closed.
 func (s *Subscription) openLog(ctx context.Context) (*controllog.Log, error) {
-	return controllog.Open(ctx, s.client, s.parking.logConfig(s.name, 10*time.Second, false))
+	return controllog.Open(ctx, s.client, s.parking.logConfig(s.name, oneOffDrain, false))
 }
+
+// oneOffDrain is the drain of a one-off Log (controllog.Config.Drain): its
+// Close, and the cleanup of an Open that failed, give up on the server a
+// second after it, so that Parked, RequestRelease, WithdrawRelease and a
+// Release without a Receive return within about a second of their ctx's
+// end, whatever the server does. Such a Log has nothing to drain: the
+// events that matter, a request or a withdrawal, are recorded (Record)
+// before it closes; only its follower's subscription is deleted then,
+// which otherwise expires after a day.
+const oneOffDrain = 0
 
 // asker names this process in the requests it records: the program, its
 // host and its process ID, for an operator to read in Parked.
@@ -106,13 +117,28 @@ var asker = sync.OnceValue(func() string {
 // whose state must be caught up (controllog.Log.Ask), and returns it.
 func recordRequest(ctx context.Context, lg *controllog.Log, key string) (controllog.Asked, error) {
 	req, err := lg.Ask(ctx, key, asker())
-	return req, fromLog(err)
+	return req, notParked(lg, key, fromLog(err))
+}
+
+// notParked adds to err, if it says that key is not parked, that a
+// release unparked it lately, when lg says so (ErrReleased).
+func notParked(lg *controllog.Log, key string, err error) error {
+	if !errors.Is(err, ErrNotParked) {
+		return err
+	}
+	if at, ok := lg.Unparked(key); ok {
+		return fmt.Errorf("%w: %q was unparked at %s, its parked messages run: %w", ErrReleased, key, at.UTC().Format(time.RFC3339), ErrNotParked)
+	}
+	return err
 }
 
 // awaitRequest waits for req's outcome in lg (controllog.Log.Await), as
 // Release returns it.
 func awaitRequest(ctx context.Context, lg *controllog.Log, req controllog.Asked) error {
 	err := lg.Await(ctx, req)
+	if ended, ok := errors.AsType[*controllog.RequestEnded](err); ok && ended.Withdrawn {
+		return fmt.Errorf("%w: %q", ErrWithdrawn, req.Key)
+	}
 	if ended, ok := errors.AsType[*controllog.RequestEnded](err); ok {
 		return fmt.Errorf("%w: %q at message %s: %w", ErrParkedAgain, req.Key, ended.Msg, errors.New(ended.Err))
 	}
@@ -138,6 +164,7 @@ func fromLog(err error) error {
 // p.rel with the releases it runs, so that the shutdown waits for them
 // (S7). Called by startParking, before anything else runs.
 func (p *parking) startRequests() {
+	p.rel.ended() // the channel exists before any release can end
 	p.rel.wg.Add(1)
 	go p.serveRequests()
 }
@@ -206,19 +233,25 @@ func (p *parking) claimRequests(rt *requestRuns) (next time.Time, ok bool) {
 func (p *parking) carryOut(pr controllog.PendingRelease, rt *requestRuns) {
 	err := errHandlerExitedRelease
 	defer func() {
-		retry := err != nil && !errors.Is(err, ErrParkedAgain) && !errors.Is(err, ErrNotParked) && !errors.Is(err, ErrNotReceiving)
+		over := errors.Is(err, ErrParkedAgain) || errors.Is(err, ErrNotParked) || errors.Is(err, ErrNotReceiving) || errors.Is(err, errRequestEnded)
+		retry := err != nil && !over
 		rt.ended(pr.Key, retry, p.r.backoff)
 		p.rel.exit(pr.Key) // wakes the watch
-		if err != nil && !errors.Is(err, ErrNotReceiving) && !errors.Is(err, ErrNotParked) && !errors.Is(err, ErrReleasing) {
+		if err != nil && !errors.Is(err, ErrNotReceiving) && !errors.Is(err, ErrNotParked) && !errors.Is(err, ErrReleasing) && !errors.Is(err, errRequestEnded) {
 			// ErrReleasing: another Receive won the claim, or took over.
 			p.r.obs.releaseRequestFailed(pr.Key, pr.Requester, err, retry)
 		}
 	}()
 	err = p.sync(p.ops)
-	if err == nil && p.log.Pending(pr.Key, pr.ParkID) != nil {
-		err = p.claimAndRun(p.ops, pr.Key)
+	if err == nil && stillAsked(p.log.Pending(pr.Key, pr.ParkID), pr.Requested) {
+		err = p.claimAndRun(p.ops, pr.Key, pr.Requested)
 	}
 }
+
+// errRequestEnded is what a run of a request ends with when the log
+// refused its claim because the request had ended meanwhile (withdrawn,
+// or carried out): nothing ran, and there is nothing to try again.
+var errRequestEnded = errors.New("keyorder/subscriber: the release request ended before its claim")
 
 // errHandlerExitedRelease is what a release run ends with when a callback
 // it ran exited its goroutine.

@@ -13,7 +13,12 @@ import (
 // with its messages, and no Receive starts its release, until a new
 // request or a Release. It is what an operator does on finding that the
 // fix is not deployed after all. A Release waiting on the request returns
-// an error matching [ErrParkedAgain], with the key's last error.
+// an error matching [ErrWithdrawn].
+//
+// Once it returns nil, no release of that request runs, whatever arrives
+// later: a Receive's claim carries the request it carries out, and the
+// control log refuses a claim whose request has ended, so a claim on its
+// way when the withdrawal was stored starts nothing.
 //
 // A release that a Receive has already begun cannot be withdrawn: it
 // runs each message once, in order, and only that Receive can stop it,

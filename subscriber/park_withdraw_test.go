@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -126,4 +127,55 @@ func TestWithdrawRunningRelease(t *testing.T) {
 		return err == nil && len(list) == 0
 	}), "the release did not go on: %s", e.describe())
 	stop()
+}
+
+// TestWithdrawBeforeASlowClaim: a Receive sees an operator's request and
+// claims its release, but the claim is slow to be stored (the fake holds
+// it); the operator withdraws the request meanwhile, which the log takes
+// first. The waiting Release is told the request was withdrawn
+// (ErrWithdrawn); when the claim lands, the log refuses it, for the
+// request it carries out has ended: nobody releases the key, and none of
+// its messages run, though the handler would take them now.
+func TestWithdrawBeforeASlowClaim(t *testing.T) {
+	t.Parallel()
+	e := newParkEnv(t, nil, subscriber.WithMaxAttempts(1))
+	e.publishSeqs(t, "key-0", 1, 3)
+	var fixed atomic.Bool
+	var ran ranData
+	service := e.reopen(t, e.client, subscriber.WithMaxAttempts(1))
+	stop := start(t, service, func(_ context.Context, d *subscriber.Delivery) error {
+		if !fixed.Load() {
+			if string(d.Data) == "key-0/2" {
+				return errInjected
+			}
+			return nil
+		}
+		ran.add(string(d.Data))
+		return nil
+	})
+	defer stop()
+	e.awaitParked(t, "key-0", 2)
+	fixed.Store(true)
+
+	ctx := testContext(t)
+	hold := e.srv.HoldPublish(func(m *pubsubpb.PubsubMessage) bool { return strings.Contains(string(m.GetData()), `"kind":"claim"`) })
+	defer hold.Remove()
+	released := make(chan error, 1)
+	go func() { released <- e.sub.Release(ctx, "key-0") }()
+	require.NoError(t, hold.Wait(ctx, 1), "the Receive claims the request")
+	require.NoError(t, e.sub.WithdrawRelease(ctx, "key-0"), "nobody releases the key yet, as the log has it")
+	err := await(t, released)
+	require.ErrorIs(t, err, subscriber.ErrWithdrawn, "the waiting Release is told the truth")
+	assert.NotErrorIs(t, err, subscriber.ErrParkedAgain)
+
+	hold.Remove()                    // the claim lands now, after the withdraw
+	list, err := service.Parked(ctx) // synced: the claim has been applied
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	assert.False(t, list[0].Releasing, "the claim of a withdrawn request was refused")
+	assert.Zero(t, list[0].ReleaseRequested)
+	assert.Equal(t, 2, list[0].Messages)
+	stop()
+	assert.False(t, ran.has("key-0/"), "a release of the withdrawn request ran: %v", ran.ran)
+	e.awaitParked(t, "key-0", 2)
 }

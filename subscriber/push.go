@@ -220,9 +220,14 @@ func (e *pushEndpoint) run(req *http.Request, m *pubsub.Message) (outcome, *park
 	var p *parking
 	if e.parking != nil {
 		var err error
-		if p, err = e.parking.await(ctx); err != nil {
+		switch p, err = e.parking.await(ctx); {
+		case errors.Is(err, errParkingLost) && m.OrderingKey == "":
+			p = nil // a message without a key has no order to keep: parking does not govern it
+		case err != nil:
 			return 0, nil, err
 		}
+	}
+	if p != nil {
 		// A move to the parking topic ends with the request, or when Close
 		// gives up on the drain.
 		var stop context.CancelFunc

@@ -24,15 +24,16 @@ import (
 // Every push waits for the log to be up, the first ones a round trip or
 // two, since what the call path and Release read of parking is set then;
 // and the endpoint is the subscription's running receiver (Stats, Release)
-// from then on. If the log is lost after, pushes are answered 503, for the
-// service to push them again.
+// from then on. If the log is lost after, keyed pushes are answered 503,
+// for the service to push them again; pushes without a key run as before,
+// as parking governs nothing of theirs.
 
 // pushParking runs the control log for a push endpoint.
 type pushParking struct {
 	r     *receiver
 	ready chan struct{} // closed once r.park is set
-	// lost is set, and failed closed, if the log stops being followed
-	// after it was up; keyed pushes are then answered 503 until Close.
+	// lost is closed if the log stops being followed after it was up;
+	// keyed pushes are then answered 503 until Close, unkeyed ones run.
 	lost   chan struct{}
 	stop   context.CancelFunc // ends the starting loop
 	done   chan struct{}      // closed when the loop returns
@@ -58,7 +59,7 @@ func (pp *pushParking) run(ctx context.Context) {
 			close(pp.ready)
 			<-rctx.Done()
 			if ctx.Err() == nil {
-				pp.r.obs.log.Error("keyorder/subscriber: the push endpoint's parking control log is no longer followed; keyed pushes are refused until Close",
+				pp.r.obs.log.Error("keyorder/subscriber: the push endpoint's parking control log is no longer followed; keyed pushes are answered 503 until Close; pushes without a key run",
 					"error", context.Cause(rctx))
 				close(pp.lost)
 			}
@@ -80,7 +81,8 @@ func (pp *pushParking) run(ctx context.Context) {
 }
 
 // await returns the parking component once it is up, or an error if ctx
-// ends first, the endpoint closes, or the log was lost. Once it has
+// ends first, the endpoint closes, or the log was lost (errParkingLost,
+// after r.park was set). Once it has
 // returned, r.park may be read: it was set before ready was closed.
 func (pp *pushParking) await(ctx context.Context) (*parking, error) {
 	select {

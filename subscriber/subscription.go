@@ -178,7 +178,7 @@ func newSubscription(ctx context.Context, client *pubsub.Client, sub *pubsubpb.S
 		if s.parking, err = setupParking(ctx, client, sub, cfg.parking); err != nil {
 			return nil, err
 		}
-		if err := labelParking(ctx, client, sub, s.parking.park); err != nil {
+		if err := chooseParking(ctx, client, sub, s.parking); err != nil {
 			return nil, err
 		}
 	}

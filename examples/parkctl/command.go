@@ -118,7 +118,7 @@ func (c *command) openSubscription(ctx context.Context, client *pubsub.Client) (
 	}
 	if c.f.parking == "" {
 		if c.f.parking, err = parkingOf(got); err != nil {
-			return nil, err
+			return nil, parksNothing(ctx, client, got, control, err)
 		}
 		subName, parking, control = c.names(client)
 	}
@@ -143,13 +143,7 @@ func (c *command) checkParking(ctx context.Context, client *pubsub.Client, sub *
 	case sub.GetTopic():
 		return fmt.Errorf("-parking %s is the topic the subscription reads: name the topic its WithParking names", parking)
 	}
-	exists := func(topic string) (bool, error) {
-		_, err := client.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: topic})
-		if status.Code(err) == codes.NotFound {
-			return false, nil
-		}
-		return err == nil, err
-	}
+	exists := func(topic string) (bool, error) { return topicExists(ctx, client, topic) }
 	switch ok, err := exists(control); {
 	case err != nil:
 		return err
@@ -163,6 +157,30 @@ func (c *command) checkParking(ctx context.Context, client *pubsub.Client, sub *
 		return fmt.Errorf("no parking topic %s: -parking must name the topic the subscription parks to", parking)
 	}
 	return nil
+}
+
+// topicExists reports whether topic exists.
+func topicExists(ctx context.Context, client *pubsub.Client, topic string) (bool, error) {
+	_, err := client.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: topic})
+	if status.Code(err) == codes.NotFound {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// parksNothing returns the error for sub, whose label names no parking
+// topic it can use (err): if it has no label and no control topic either,
+// no process ever parked a key of it, and the error says it parks
+// nothing, rather than only asking for -parking.
+func parksNothing(ctx context.Context, client *pubsub.Client, sub *pubsubpb.Subscription, control string, err error) error {
+	if _, labelled := sub.GetLabels()[subscriber.LabelParking]; labelled {
+		return err
+	}
+	if has, cerr := topicExists(ctx, client, control); cerr != nil || has {
+		return err
+	}
+	return fmt.Errorf("subscription %s parks nothing: no process has ever parked a key of it (it records no parking topic, label %s, and has no control topic %s); if its processes run with WithParking, give -parking",
+		sub.GetName(), subscriber.LabelParking, control)
 }
 
 // oneArg checks that cmd was given exactly one argument, what.

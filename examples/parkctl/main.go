@@ -36,7 +36,9 @@
 //
 // # list
 //
-// One line per parked key, oldest first: when it was parked, the messages
+// A subscription that records no parking topic and has no control topic
+// has never parked a key: list says it parks nothing. Otherwise, one line
+// per parked key, oldest first: when it was parked, the messages
 // parked and not released yet, its state (parked; releasing, on some
 // process; release requested, when and by whom, until it is carried out),
 // the message that parked it or failed again in a release, and that
@@ -49,14 +51,18 @@
 //
 // Asks for KEY's release and waits, at most -timeout (default 5m), until a
 // Receive of the subscription has run its parked messages and unparked it,
-// saying on stderr how it goes: the request recorded; waiting for a
-// Receive to claim it, and for how long; claimed, with the messages left.
-// It exits 1, the key staying parked, if a released message fails for
-// good again (the fix is not in yet), if the key is not parked, or if the
-// timeout passes first: the request then stays recorded, and a Receive
-// that runs, or starts, carries it out; list shows it meanwhile, and
-// withdraw withdraws it. With -wait=false it returns once the request is
-// recorded.
+// saying on stderr how it goes, a line every few seconds (3 s) while it
+// waits: the request recorded; waiting for a Receive to claim it, and for
+// how long; claimed, with the messages left. Each look gets -reach to be
+// answered: a server lost during the wait is reported as unreachable
+// within about -reach, and the wait still ends by -timeout. It exits 1,
+// the key staying parked, if a released message fails for good again
+// (the fix is not in yet), if the request is withdrawn, if the key is not
+// parked (saying so, or that an earlier release unparked it within the
+// last hour, its messages run), or if the timeout passes first: the
+// request then stays recorded, and a Receive that runs, or starts,
+// carries it out; list shows it meanwhile, and withdraw withdraws it.
+// With -wait=false it returns once the request is recorded.
 //
 // # withdraw
 //

@@ -7,15 +7,20 @@ import (
 	"strconv"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/keyorder/keyorder/subscriber"
 )
 
 // How release reports while it waits: it looks at the key every
-// progressEvery and says what changed; while nothing does, it says how
-// long it has waited every stillEvery. Variables, for the tests.
+// progressEvery, each look bounded by -reach, and says what changed, or
+// that the server cannot be reached; while nothing changes, it says so
+// again every stillEvery, so that whoever watches at 3 a.m. sees it is
+// alive. Variables, for the tests.
 var (
-	progressEvery = 2 * time.Second
-	stillEvery    = 15 * time.Second
+	progressEvery = time.Second
+	stillEvery    = 3 * time.Second
 )
 
 // release asks for a key's release and, unless -wait=false, waits for it.
@@ -38,7 +43,10 @@ func (c *command) release(ctx context.Context, args []string) int {
 	}
 	defer closeAll()
 	if !c.f.wait {
-		if err := sub.RequestRelease(ctx, key); err != nil {
+		switch err := sub.RequestRelease(ctx, key); {
+		case errors.Is(err, subscriber.ErrReleased):
+			return c.released(ctx, sub, key, err, time.Time{})
+		case err != nil:
 			return c.fail("release of %s: %v", strconv.Quote(key), err)
 		}
 		fmt.Fprintf(c.out, "release of %s requested: a Receive of %s carries it out\n", strconv.Quote(key), sub.Name())
@@ -46,25 +54,27 @@ func (c *command) release(ctx context.Context, args []string) int {
 	}
 	done := make(chan error, 1)
 	go func() { done <- sub.Release(ctx, key) }()
-	return c.released(ctx, sub, key, c.watch(ctx, sub, key, done))
+	err, lost := c.watch(ctx, sub, key, done)
+	return c.released(ctx, sub, key, err, lost)
 }
 
 // watch reports how the release of key goes until done yields its
-// outcome, which it returns.
-func (c *command) watch(ctx context.Context, sub *subscriber.Subscription, key string, done <-chan error) error {
+// outcome, which it returns, with when the server stopped answering, zero
+// if it answered last.
+func (c *command) watch(ctx context.Context, sub *subscriber.Subscription, key string, done <-chan error) (error, time.Time) {
 	start := time.Now()
 	tick := time.NewTicker(progressEvery)
 	defer tick.Stop()
 	fmt.Fprintf(c.errOut, "parkctl: asking for the release of %s\n", strconv.Quote(key))
 	var last string
-	var said time.Time
+	var said, lost time.Time
 	for {
 		select {
 		case err := <-done:
-			return err
+			return err, lost
 		case <-tick.C:
 		}
-		now, ok := c.progress(ctx, sub, key, start)
+		now, ok := c.progress(ctx, sub, key, start, &lost)
 		if ok && (now != last || time.Since(said) >= stillEvery) {
 			fmt.Fprintf(c.errOut, "parkctl: %s (%s so far)\n", now, time.Since(start).Round(time.Second))
 			last, said = now, time.Now()
@@ -73,12 +83,26 @@ func (c *command) watch(ctx context.Context, sub *subscriber.Subscription, key s
 }
 
 // progress says where the release of key stands, false if it cannot tell
-// now (the ctx ended, or the release ended meanwhile).
-func (c *command) progress(ctx context.Context, sub *subscriber.Subscription, key string, start time.Time) (string, bool) {
-	keys, err := sub.Parked(ctx)
-	if err != nil {
+// now (the ctx ended, or the release ended meanwhile). A look the server
+// does not answer within -reach says so, and sets *lost to when the
+// server was first found silent; one it answers clears it.
+func (c *command) progress(ctx context.Context, sub *subscriber.Subscription, key string, start time.Time, lost *time.Time) (string, bool) {
+	rctx, cancel := context.WithTimeout(ctx, c.f.reach)
+	defer cancel()
+	keys, err := sub.Parked(rctx)
+	switch {
+	case ctx.Err() != nil:
+		return "", false
+	case err != nil && (rctx.Err() != nil || unreachable(err)):
+		if lost.IsZero() {
+			*lost = time.Now()
+		}
+		return fmt.Sprintf("cannot reach the Pub/Sub server at %s: no answer within -reach %v, for %s now; still waiting, until -timeout %v",
+			server(), c.f.reach, time.Since(*lost).Round(time.Second), c.f.timeout), true
+	case err != nil:
 		return "", false
 	}
+	*lost = time.Time{}
 	for _, k := range keys {
 		switch {
 		case k.Key != key:
@@ -95,15 +119,33 @@ func (c *command) progress(ctx context.Context, sub *subscriber.Subscription, ke
 	return "", false
 }
 
+// unreachable reports whether err is the official client's for a server
+// that does not answer.
+func unreachable(err error) bool {
+	code := status.Code(err)
+	return code == codes.Unavailable || code == codes.DeadlineExceeded
+}
+
 // released reports the outcome of the release of key and returns the
-// exit status.
-func (c *command) released(ctx context.Context, sub *subscriber.Subscription, key string, err error) int {
+// exit status; lost is when the server stopped answering, zero if it
+// answered last.
+func (c *command) released(ctx context.Context, sub *subscriber.Subscription, key string, err error, lost time.Time) int {
 	switch {
 	case err == nil:
 		fmt.Fprintf(c.out, "released %s: its parked messages ran, in order, and it is unparked\n", strconv.Quote(key))
 		return exitOK
+	case errors.Is(err, subscriber.ErrReleased):
+		// A request made earlier, by this command run twice or by another
+		// operator, was carried out meanwhile. Nothing is left to release,
+		// so this one cannot be: the status says that, the words why.
+		return c.fail("release of %s: released already, by an earlier release: its parked messages ran and nothing of it is parked now (%v)", strconv.Quote(key), err)
 	case errors.Is(err, subscriber.ErrParkedAgain):
 		return c.fail("%v\nthe key stays parked; release it again once the cause is fixed", err)
+	case errors.Is(err, subscriber.ErrWithdrawn):
+		return c.fail("release of %s: the request was withdrawn (parkctl withdraw) before a Receive began it; the key stays parked", strconv.Quote(key))
+	case ctx.Err() != nil && !lost.IsZero():
+		return c.fail("release of %s: not known to be carried out within -timeout %v: the Pub/Sub server at %s has not answered for %s; the request stays recorded, for a Receive of %s to carry out, unless one did meanwhile (parkctl list shows which, once the server answers)",
+			strconv.Quote(key), c.f.timeout, server(), time.Since(lost).Round(time.Second), sub.Name())
 	case ctx.Err() != nil:
 		return c.fail("release of %s: not carried out within -timeout %v; the request stays recorded, for a Receive of %s to carry out (parkctl list shows it, parkctl withdraw withdraws it)",
 			strconv.Quote(key), c.f.timeout, sub.Name())

@@ -9,7 +9,10 @@
 // second and updates itself; the JSON is a [Status]. It needs no external
 // asset, so it works offline. Keys appear on it: serve it where you would
 // serve pprof, not to the public. Every answer forbids framing
-// (X-Frame-Options, CSP frame-ancestors) and sniffing (nosniff).
+// (X-Frame-Options, CSP frame-ancestors) and sniffing (nosniff), and a
+// request for a host name that is not the page's own is refused with 421
+// (see [WithHosts]), so that a web page the operator visits cannot read
+// the JSON by DNS rebinding.
 package statuspage
 
 import (
@@ -29,9 +32,16 @@ import (
 // for every viewer to poll every second. Handler panics if sub is nil, as
 // net/http's constructors do with a nil handler: a mistake of the program,
 // caught when the page is mounted rather than on its first request.
-func Handler(sub *subscriber.Subscription) http.Handler {
+//
+// A request whose Host is not an IP literal, "localhost", or a name given
+// by [WithHosts] gets 421 Misdirected Request, whatever its method.
+func Handler(sub *subscriber.Subscription, opts ...Option) http.Handler {
 	if sub == nil {
 		panic("statuspage: Handler called with a nil *subscriber.Subscription")
+	}
+	h := &hosts{names: map[string]bool{}}
+	for _, o := range opts {
+		o(h)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		// The page is not to be framed by another site, which could
@@ -40,6 +50,10 @@ func Handler(sub *subscriber.Subscription) http.Handler {
 		w.Header().Set("X-Frame-Options", "DENY")
 		w.Header().Set("Content-Security-Policy", "frame-ancestors 'none'")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
+		if !h.allows(req.Host) {
+			refuse(w)
+			return
+		}
 		if req.Method != http.MethodGet && req.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)

@@ -2,6 +2,7 @@ package controllog
 
 import (
 	"encoding/json"
+	"time"
 
 	"github.com/keyorder/keyorder/subscriber/internal/ephemeral"
 )
@@ -24,7 +25,10 @@ const (
 	Forward Kind = "forward"
 	// Claim makes the writer the releaser of Key's park ParkID, or renews
 	// its claim (a heartbeat). Refused while another releaser's claim is
-	// fresher than the lease (Config.Lease).
+	// fresher than the lease (Config.Lease). A claim that carries out a
+	// Request names it (Asked, the request's time): it is refused unless
+	// that request is the one pending, so that a request withdrawn, or
+	// ended, before the claim lands starts no release.
 	Claim Kind = "claim"
 	// Progress records that IDs of Key's park ParkID ran successfully in
 	// a release, whoever the releaser is now.
@@ -53,7 +57,23 @@ const (
 	// Processes of versions before this kind refuse it, and so still see
 	// the request pending.
 	Withdraw Kind = "release-withdraw"
+	// Choose chooses the subscription's parking topic, Topic (the value of
+	// the subscription's parking label): the first choice in the log
+	// holds, and a later one of another topic is refused, until the
+	// choice is older than TopicHold. Its verdict's Topic is the choice in
+	// force. Openers that find the subscription unlabelled record one, so
+	// that two that race agree on one topic, or one is refused.
+	Choose Kind = "parking-topic"
 )
+
+// TopicHold is how long a Choose holds against another topic, by the
+// service's publish times: longer than an opener takes from reading the
+// subscription unlabelled to labelling it, which it bounds to half of
+// this, so that one that read the subscription before another's label
+// was written cannot choose another topic. After it, the label decides,
+// and a choice may be made anew (parking turned off and on with another
+// topic).
+const TopicHold = time.Minute
 
 // The log's own kinds, which writers do not record.
 const (
@@ -85,6 +105,10 @@ type Event struct {
 	Err    string   // its error
 	N      int      // Unpark: the parked messages released
 	From   string   // Request: who asks, for a person to read
+	// Asked is, on a Claim that carries out a Request, the request's
+	// time (PendingRelease.Requested); zero on a Release's own claim.
+	Asked time.Time
+	Topic string // Choose: the parking topic chosen
 }
 
 // entry is ev as the log holds it, without its writer, which publish sets.
@@ -92,7 +116,7 @@ func (ev Event) entry() *event {
 	if ev.Kind == Park && ev.ParkID == "" {
 		ev.ParkID = ephemeral.NewID()
 	}
-	return &event{Kind: ev.Kind, Key: ev.Key, Park: ev.ParkID, IDs: ev.IDs, Msg: ev.Msg, Err: ev.Err, N: ev.N, From: ev.From}
+	return &event{Kind: ev.Kind, Key: ev.Key, Park: ev.ParkID, IDs: ev.IDs, Msg: ev.Msg, Err: ev.Err, N: ev.N, From: ev.From, Asked: ev.Asked, Topic: ev.Topic}
 }
 
 // An event is one entry of the control log, JSON-encoded in a message's
@@ -112,6 +136,10 @@ type event struct {
 	N   int      `json:"n,omitempty"`
 	// From is Event's, added with Request: older processes ignore it.
 	From string `json:"from,omitempty"`
+	// Asked and Topic are Event's, added later: older processes ignore
+	// them (so an older process applies a request's claim as a plain one).
+	Asked time.Time `json:"asked,omitzero"`
+	Topic string    `json:"topic,omitempty"`
 	// Nonce ties a snapshot's parts to its begin.
 	Nonce string `json:"nonce,omitempty"`
 	// Part is a snapshot part's content, and Last marks its final part.

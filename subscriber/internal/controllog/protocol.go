@@ -26,10 +26,19 @@ var (
 
 // A RequestEnded is how a request ended with its key still parked: a
 // released message failed for good again (Msg and Err are its ID and
-// error, as the log keeps them), or the request was withdrawn.
-type RequestEnded struct{ Msg, Err string }
+// error, as the log keeps them), or the request was withdrawn
+// (Withdrawn; Msg and Err are then the park's, from before).
+type RequestEnded struct {
+	Msg, Err  string
+	Withdrawn bool
+}
 
-func (e *RequestEnded) Error() string { return fmt.Sprintf("at message %s: %s", e.Msg, e.Err) }
+func (e *RequestEnded) Error() string {
+	if e.Withdrawn {
+		return "the request was withdrawn"
+	}
+	return fmt.Sprintf("at message %s: %s", e.Msg, e.Err)
+}
 
 // An Asked is a release request recorded on a park, as the log holds it:
 // the request pending there when it was recorded, which one made earlier
@@ -64,6 +73,16 @@ func (l *Log) Ask(ctx context.Context, key, who string) (Asked, error) {
 	}
 }
 
+// Unparked returns when key's last park ended, by the service's clock, if
+// it ended within the last hour: a release asked for again is told that
+// one ran. It scans the parks ended in the last 31 days, for a question
+// an operator asks.
+func (l *Log) Unparked(key string) (time.Time, bool) {
+	l.f.mu.Lock()
+	defer l.f.mu.Unlock()
+	return l.f.rp.state.unparked(key)
+}
+
 // Pending returns the request pending on key's park park, nil if none is.
 func (l *Log) Pending(key, park string) *PendingRelease {
 	for _, p := range l.PendingReleases() {
@@ -94,7 +113,7 @@ func (l *Log) Await(ctx context.Context, req Asked) error {
 			if rec == nil || rec.ParkID != req.ParkID {
 				return nil
 			}
-			return &RequestEnded{Msg: rec.Msg, Err: rec.Err}
+			return &RequestEnded{Msg: rec.Msg, Err: rec.Err, Withdrawn: !req.At.IsZero() && rec.Withdrawn.Equal(req.At)}
 		}
 		select {
 		case <-changed:
@@ -132,6 +151,20 @@ func (l *Log) Withdraw(ctx context.Context, key string) error {
 	default:
 		return fmt.Errorf("%w: %q: it cannot be withdrawn", ErrReleasing, key)
 	}
+}
+
+// ClaimFor returns the Claim event that carries out the request pr: the
+// log refuses it unless pr is still the request pending on its park.
+func ClaimFor(pr PendingRelease) Event {
+	return Event{Kind: Claim, Key: pr.Key, ParkID: pr.ParkID, Asked: pr.Requested}
+}
+
+// Choose records the parking topic this opener would choose, topic, in l,
+// and returns the topic in force after it: topic if it won, or was the
+// choice already, another if another opener chose first (Choose).
+func (l *Log) Choose(ctx context.Context, topic string) (string, error) {
+	v, err := l.Record(ctx, Event{Kind: Choose, Topic: topic})
+	return v.Topic, err
 }
 
 // Claimable returns the requests of pending that the Log self may claim

@@ -16,6 +16,9 @@ type Verdict struct {
 	ParkID string
 	// Ended is set when the event's park has ended (unparked).
 	Ended bool
+	// Topic is the parking topic chosen (Choose), after the event: set
+	// on a Choose's verdict.
+	Topic string
 }
 
 // The lifetimes of what the state remembers.
@@ -52,6 +55,10 @@ type ParkRecord struct {
 	// them.
 	Requested time.Time `json:"requested,omitzero"`
 	Requester string    `json:"requester,omitempty"`
+	// Withdrawn is the time of the last request withdrawn from the park
+	// (Withdraw), so that whoever waits on it learns it was withdrawn,
+	// not failed. Added with Choose's round: older snapshots lack it.
+	Withdrawn time.Time `json:"withdrawn,omitzero"`
 
 	ids      map[string]bool // the set of IDs
 	released map[string]bool // the set of Released
@@ -100,6 +107,10 @@ type endedPark struct {
 	Park string    `json:"park"`
 	At   time.Time `json:"at"`
 	IDs  []string  `json:"ids,omitempty"`
+	// Key is the park's key, kept with its IDs (releasedKeep), so that a
+	// release asked for again is told it happened (Unparked). Added after
+	// the rest: an older snapshot lacks it.
+	Key string `json:"key,omitempty"`
 }
 
 // ctlState is the parking state the control log describes. It is not safe
@@ -112,6 +123,15 @@ type ctlState struct {
 	released map[string]string
 	// requested holds the parked keys with a pending release request.
 	requested map[string]bool
+	// topic is the parking topic chosen (Choose), nil if none yet.
+	topic *topicChoice
+}
+
+// A topicChoice is the parking topic a Choose chose, and when. Its JSON
+// is part of a snapshot's.
+type topicChoice struct {
+	Topic string    `json:"topic"`
+	At    time.Time `json:"at"`
 }
 
 func newCtlState(lease time.Duration) *ctlState {
@@ -143,7 +163,9 @@ func (s *ctlState) apply(ev *event, at time.Time) Verdict {
 			}
 		}
 	case Claim:
-		if ok = matches && (rec.Owner == "" || rec.Owner == ev.By || at.Sub(rec.Beat) > s.lease); ok {
+		// A request's claim holds only while the request does.
+		forRequest := ev.Asked.IsZero() || (rec != nil && rec.Requested.Equal(ev.Asked))
+		if ok = matches && forRequest && (rec.Owner == "" || rec.Owner == ev.By || at.Sub(rec.Beat) > s.lease); ok {
 			rec.Owner, rec.Beat = ev.By, at
 		}
 	case Progress:
@@ -171,7 +193,11 @@ func (s *ctlState) apply(ev *event, at time.Time) Verdict {
 		if ok = matches && rec.Owner == ev.By && len(rec.IDs) == ev.N && rec.Remaining() == 0; ok {
 			s.endRequest(rec)
 			delete(s.keys, ev.Key)
-			s.ended[rec.ParkID] = &endedPark{Park: rec.ParkID, At: at, IDs: rec.Released}
+			e := &endedPark{Park: rec.ParkID, At: at, IDs: rec.Released}
+			if len(e.IDs) > 0 {
+				e.Key = rec.Key // kept with the IDs
+			}
+			s.ended[rec.ParkID] = e
 			for _, id := range rec.Released {
 				s.released[id] = rec.ParkID
 			}
@@ -184,12 +210,20 @@ func (s *ctlState) apply(ev *event, at time.Time) Verdict {
 		}
 	case Withdraw:
 		if ok = matches && !rec.Requested.IsZero() && (rec.Owner == "" || at.Sub(rec.Beat) > s.lease); ok {
+			rec.Withdrawn = rec.Requested
 			s.endRequest(rec)
+		}
+	case Choose:
+		if ok = ev.Topic != "" && (s.topic == nil || s.topic.Topic == ev.Topic || at.Sub(s.topic.At) > TopicHold); ok && (s.topic == nil || s.topic.Topic != ev.Topic) {
+			s.topic = &topicChoice{Topic: ev.Topic, At: at}
 		}
 	case evMarker:
 		ok = true
 	}
-	v := Verdict{Applied: ok, Ended: s.ended[ev.Park] != nil}
+	v := Verdict{Applied: ok, Ended: ev.Park != "" && s.ended[ev.Park] != nil}
+	if ev.Kind == Choose && s.topic != nil {
+		v.Topic = s.topic.Topic
+	}
 	if rec = s.keys[ev.Key]; rec != nil {
 		v.ParkID = rec.ParkID
 	}
@@ -206,7 +240,7 @@ func (s *ctlState) prune(now time.Time) {
 					delete(s.released, m)
 				}
 			}
-			e.IDs = nil
+			e.IDs, e.Key = nil, ""
 		}
 		if now.Sub(e.At) > endedKeep {
 			delete(s.ended, id)
@@ -231,6 +265,16 @@ func (s *ctlState) list() []Summary {
 		return cmp.Compare(a.Key, b.Key)
 	})
 	return out
+}
+
+// unparked returns when key's last park ended, if within releasedKeep.
+func (s *ctlState) unparked(key string) (at time.Time, ok bool) {
+	for _, e := range s.ended {
+		if e.Key == key && e.IDs != nil && e.At.After(at) {
+			at, ok = e.At, true
+		}
+	}
+	return at, ok
 }
 
 // record returns a copy of key's park, nil if it is not parked.
