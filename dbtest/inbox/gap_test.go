@@ -151,15 +151,16 @@ func TestEpochs(t *testing.T) {
 	})
 }
 
-// TestPrune forgets idle producers and what they owe, and keeps the
-// others; a pruned producer's next number starts its sequence afresh.
+// TestPrune forgets idle producers, and keeps, however idle, one that
+// owes numbers; a pruned producer's next number above 1 is a gap again,
+// never a start: forgetting costs at worst a re-application.
 func TestPrune(t *testing.T) {
 	eachDatabase(t, func(t *testing.T, db database) {
 		ctx := timeout(t, 30*time.Second)
 		one, _ := db.open(t)
 		ib := newInbox(t, one, db.dialect, inbox.WithGapWait(0))
 		h := ib.Handler(record(db.dialect))
-		for _, d := range []*subscriber.Delivery{delivery("k", "old", 1), delivery("k", "old", 5), delivery("k", "new", 1), delivery("k", "new", 3)} {
+		for _, d := range []*subscriber.Delivery{delivery("k", "old", 1), delivery("k", "old", 2), delivery("k", "new", 1), delivery("k", "new", 3)} {
 			require.NoError(t, h(ctx, d))
 		}
 		_, err := ib.Prune(ctx, time.Minute)
@@ -168,19 +169,64 @@ func TestPrune(t *testing.T) {
 		require.NoError(t, err)
 		assert.Zero(t, n, "nothing is idle yet")
 
-		_, err = one.ExecContext(ctx, rebind(db.dialect, `UPDATE keyorder_inbox SET touched = ? WHERE producer = 'old'`), time.Now().Add(-48*time.Hour).Unix())
-		require.NoError(t, err)
+		idle(t, one, db.dialect, 48*time.Hour)
 		n, err = ib.Prune(ctx, 24*time.Hour)
 		require.NoError(t, err)
-		assert.Equal(t, int64(1), n)
-		assert.Equal(t, 1, count(t, one, `SELECT COUNT(*) FROM keyorder_inbox_owed`), "new's owed run stays, old's is gone")
+		assert.Equal(t, int64(1), n, "old is forgotten, new owes 2")
+		assert.Equal(t, 1, count(t, one, `SELECT COUNT(*) FROM keyorder_inbox_owed`), "new's owed run stays")
+		assert.Equal(t, 2, count(t, one, `SELECT COUNT(*) FROM keyorder_inbox`), "new's row and the made row stay")
 
 		require.NoError(t, h(ctx, delivery("k", "new", 2)), "still owed")
-		require.NoError(t, h(ctx, delivery("k", "old", 9)), "starts afresh: no gap")
+		require.NoError(t, h(ctx, delivery("k", "old", 9)), "a gap: 1 to 8 owed")
+		require.NoError(t, h(ctx, delivery("k", "old", 2)), "owed again: a re-application, not a skip")
 		times, _ := applied(t, one)
-		assert.Equal(t, 1, times["k/0.2"])
-		assert.Equal(t, int64(1), ib.Stats().LateApplied)
+		assert.Equal(t, 3, times["k/0.2"], "new's 2, and old's twice: re-applied after the prune")
+		assert.Equal(t, 1, times["k/0.9"])
+		assert.Equal(t, int64(2), ib.Stats().LateApplied)
 		assert.Equal(t, int64(2), ib.Stats().Gaps)
+	})
+}
+
+// idle makes every producer's row of the default table look untouched
+// for d.
+func idle(t *testing.T, db *sql.DB, dialect inbox.Dialect, d time.Duration) {
+	t.Helper()
+	_, err := db.ExecContext(context.Background(), rebind(dialect, `UPDATE keyorder_inbox SET touched = ? WHERE key <> ''`), time.Now().Add(-d).Unix())
+	require.NoError(t, err)
+}
+
+// TestPruneDuringWait: a key idle for two hours gets 5 while 4 is late;
+// Prune runs while 5 waits, and keeps the row 5 waits on; then 4 comes:
+// both are applied, in order, and neither is taken for a copy.
+func TestPruneDuringWait(t *testing.T) {
+	eachDatabase(t, func(t *testing.T, db database) {
+		ctx := timeout(t, 30*time.Second)
+		one, _ := db.open(t)
+		ib := newInbox(t, one, db.dialect, inbox.WithGapWait(time.Minute))
+		h := ib.Handler(record(db.dialect))
+		for n := uint32(1); n <= 3; n++ {
+			require.NoError(t, h(ctx, delivery("k", "p", n)))
+		}
+		idle(t, one, db.dialect, 2*time.Hour)
+		requireWaits(t, h(ctx, delivery("k", "p", 5)), time.Minute)
+		n, err := ib.Prune(ctx, time.Hour)
+		require.NoError(t, err)
+		assert.Zero(t, n, "5 waits on the row")
+		requireWaits(t, h(ctx, delivery("k", "p", 5)), time.Minute)
+
+		require.NoError(t, h(ctx, delivery("k", "p", 4)))
+		require.NoError(t, h(ctx, delivery("k", "p", 5)))
+		_, order := applied(t, one)
+		assert.Equal(t, []uint64{1, 2, 3, 4, 5}, order["k"])
+		assert.Zero(t, ib.Stats().Copies)
+
+		// A row whose wait is open stays, however idle: its message may
+		// be parked, or dead-lettered and redriven.
+		requireWaits(t, h(ctx, delivery("k", "p", 7)), time.Minute)
+		idle(t, one, db.dialect, 2*time.Hour)
+		n, err = ib.Prune(ctx, time.Hour)
+		require.NoError(t, err)
+		assert.Zero(t, n)
 	})
 }
 
