@@ -116,4 +116,3 @@ func TestUnorderedWaitersEnd(t *testing.T) {
 		}
 	})
 }
-
