@@ -49,8 +49,11 @@ func TestHandOverOnTheEmulator(t *testing.T) {
 			}
 			handOver(t, srv, first, func() { publishStamped(t, client, topic, msgs...) }, n)
 			stop := run(t, second, ib.Handler(record(db.dialect)))
-			waitApplied(t, srv, one, (r+1)*n)
+			err := srv.WaitFor(timeout(t, testTimeout), func() bool { return count(t, one, `SELECT COUNT(*) FROM effects`) >= (r+1)*n })
+			require.NoError(t, err, "round %d: %d of %d applied; inbox %+v; Receive %+v; server %+v",
+				r, count(t, one, `SELECT COUNT(*) FROM effects`), (r+1)*n, ib.Stats(), second.Stats(), srv.Stats(second.Name()))
 			stop()
+			closed(t, srv, second)
 		}
 		requireOnceInOrder(t, one, keys, n)
 		assert.Zero(t, ib.Stats().Copies, "nothing taken for a copy")
@@ -74,6 +77,15 @@ func handOver(t *testing.T, srv *orderingtest.Server, s *subscriber.Subscription
 		return st.Running == 1 && st.Queued == n-1
 	}), "every message reached the first Receive: %+v", s.Stats())
 	stop()
+	closed(t, srv, s)
+}
+
+// closed waits until the server has seen the streams of s's stopped
+// Receive close, so that it sends nothing more to them: a message sent to
+// a stream nobody reads would come back only when its lease ran out.
+func closed(t *testing.T, srv *orderingtest.Server, s *subscriber.Subscription) {
+	t.Helper()
+	require.NoError(t, srv.WaitFor(timeout(t, testTimeout), func() bool { return srv.Stats(s.Name()).Streams == 0 }))
 }
 
 // TestRedrivenFirstOnTheEmulator: a key's event 1 fails until the

@@ -276,3 +276,81 @@ func TestNewRefuses(t *testing.T) {
 	_, err := inbox.New(ctx, nil, inbox.SQLite)
 	assert.ErrorIs(t, err, inbox.ErrInvalidConfig)
 }
+
+// TestSilenceIsNoStart: a producer's first number above 1 is a gap from
+// 1 of its epoch, waited for; the numbers below it, when they come, are
+// applied in order, not taken for copies; with no wait, they are owed.
+func TestSilenceIsNoStart(t *testing.T) {
+	eachDatabase(t, func(t *testing.T, db database) {
+		ctx := timeout(t, 30*time.Second)
+		one, two := db.open(t)
+		var seen gaps
+		waiting := newInbox(t, one, db.dialect, inbox.WithGapWait(time.Minute))
+		h := waiting.Handler(record(db.dialect))
+		requireWaits(t, h(ctx, delivery("k", "p", 3)), time.Minute)
+		requireWaits(t, h(ctx, delivery("j", "p", 3)), time.Minute)
+		for n := uint32(1); n <= 3; n++ {
+			require.NoError(t, h(ctx, delivery("k", "p", n)))
+		}
+		h0 := newInbox(t, two, db.dialect, inbox.WithGapWait(0), inbox.WithGapHandler(seen.handler)).Handler(record(db.dialect))
+		epoch := delivery("e", "p", 3)
+		epoch.Seq = ordering.MakeSeq(2, 3)
+		require.NoError(t, h0(ctx, epoch), "no wait: 2.1 and 2.2 owed")
+		for _, n := range []uint32{2, 1} {
+			d := delivery("e", "p", n)
+			d.Seq = ordering.MakeSeq(2, n)
+			require.NoError(t, h0(ctx, d), "owed %d, applied late", n)
+		}
+		_, order := applied(t, one)
+		assert.Equal(t, []uint64{1, 2, 3}, order["k"])
+		assert.Empty(t, order["j"], "j's 3 still waits")
+		seq := ordering.MakeSeq
+		assert.Equal(t, []uint64{seq(2, 3), seq(2, 2), seq(2, 1)}, order["e"])
+		require.Len(t, seen.all(), 1)
+		assert.Equal(t, seq(2, 1), seen.all()[0].From)
+		assert.Zero(t, waiting.Stats().Copies)
+	})
+}
+
+// TestAdoption: a producer's first message published before the table
+// was made starts its record, counted as adopted; one published after,
+// or with no publish time, waits for number 1. Every Inbox on the table
+// reads the one time its first New recorded.
+func TestAdoption(t *testing.T) {
+	eachDatabase(t, func(t *testing.T, db database) {
+		ctx := timeout(t, 30*time.Second)
+		one, two := db.open(t)
+		before := time.Now().Add(-time.Second)
+		first := newInbox(t, one, db.dialect, inbox.WithGapWait(time.Minute))
+		between := time.Now().Add(time.Millisecond)
+		require.NoError(t, waitUntil(ctx, between))
+		second := newInbox(t, two, db.dialect, inbox.WithGapWait(time.Minute))
+		h := second.Handler(record(db.dialect))
+
+		old := delivery("k", "p", 7)
+		old.PublishTime = before
+		require.NoError(t, h(ctx, old), "published before the table was made: adopted")
+		require.NoError(t, h(ctx, delivery("k", "p", 8)))
+		require.NoError(t, h(ctx, delivery("k", "p", 6)), "below the adopted start: a copy")
+
+		made := delivery("j", "p", 7)
+		made.PublishTime = between
+		requireWaits(t, h(ctx, made), time.Minute)
+		requireWaits(t, h(ctx, delivery("i", "p", 7)), time.Minute)
+		_, order := applied(t, one)
+		assert.Equal(t, []uint64{7, 8}, order["k"])
+		assert.Equal(t, int64(1), second.Stats().Adopted)
+		assert.Equal(t, int64(1), second.Stats().Copies)
+		assert.Zero(t, first.Stats().Adopted)
+	})
+}
+
+// waitUntil returns once the clock has passed t.
+func waitUntil(ctx context.Context, t time.Time) error {
+	select {
+	case <-time.After(time.Until(t)):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -115,7 +115,10 @@ var reservedWords = func() map[string]bool {
 // them as owed and applies it. While it waits, its handler returns
 // subscriber.RetryAfter (wrapping [ErrGapWait]), which holds only its key
 // and costs no attempt (S5). The wait is measured from the first time any
-// replica found the gap, as the store records it. The default is
+// replica found the gap, as the store records it: every message waiting
+// behind the gap, on every replica and door, shares that one clock, and
+// it starts again only when the row moves on, a missing number come or
+// owed. The default is
 // [DefaultGapWait], 10 s; d is in [0, 10 min], and 0 applies at once.
 func WithGapWait(d time.Duration) Option {
 	return func(c *config) error {
