@@ -68,7 +68,11 @@
 // (subscriber.WithStampKey), a message whose stamp is not proven reaches
 // the handler unstamped, so a forged stamp adds no row and makes no real
 // message a copy: it is refused as unstamped ([ErrUnstamped]), or applied
-// at least once with [WithUnstampedAtLeastOnce]. Without keys, stamps are
+// at least once with [WithUnstampedAtLeastOnce]. Refused, it holds or
+// parks its key as a failure does (S5), so whoever may publish to the
+// topic can still stop a key, though not make it skip: a service that
+// would rather drop what is not proven acks a message whose Seq is 0 in a
+// handler of its own, before the inbox's. Without keys, stamps are
 // trusted as written (the repository's DESIGN.md, Security model).
 //
 // The package speaks only database/sql; it imports no driver.
