@@ -37,11 +37,13 @@ func (d Dialect) String() string {
 // schema is the inbox's two tables: one row per (key, producer), the
 // highest number applied and the gap its next message waits on, if any;
 // and the runs of numbers owed, lo to hi, one per gap recorded, each
-// shortened as its numbers come. touched, in Unix seconds, is when the row
-// last recorded a message, for Prune, which scans the table for it: an
+// shortened as its numbers come. touched, in Unix seconds, is when a
+// message last read the row, for Prune, which scans the table for it: an
 // index on it would be written with every message, for a scan made once a
-// day. wait_since, in Unix milliseconds, is when a replica first found the
-// gap before wait_seq.
+// day. wait_seq above last_seq says a gap's wait is open: wait_seq is the
+// number of the message that began it, and wait_since, in Unix
+// milliseconds, when (the row's one clock, gapped). The row of key and
+// producer '' holds when the table was made (qMade).
 const schema = `
 CREATE TABLE IF NOT EXISTS {t} (
 	key        TEXT   NOT NULL,
@@ -102,8 +104,8 @@ const (
 	// Prune forgets the idle producers, but never the made row (key ''),
 	// a row whose gap's wait is open, or one with numbers owed: a late
 	// number needs them, to be applied in place rather than wait again.
-	// Then the runs owed of producers no row holds, which a table
-	// pruned by an older version may have left.
+	// Then the runs owed of producers no row holds, should a hand have
+	// deleted their rows.
 	qPrune = `DELETE FROM {t} WHERE touched < ? AND key <> '' AND wait_seq <= last_seq AND NOT EXISTS
 		(SELECT 1 FROM {t}_owed WHERE {t}_owed.key = {t}.key AND {t}_owed.producer = {t}.producer)`
 	qPruneOrphan = `DELETE FROM {t}_owed WHERE NOT EXISTS
