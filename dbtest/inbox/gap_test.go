@@ -151,15 +151,16 @@ func TestEpochs(t *testing.T) {
 	})
 }
 
-// TestPrune forgets idle producers and what they owe, and keeps the
-// others; a pruned producer's next number starts its sequence afresh.
+// TestPrune forgets idle producers, and keeps, however idle, one that
+// owes numbers; a pruned producer's next number above 1 is a gap again,
+// never a start: forgetting costs at worst a re-application.
 func TestPrune(t *testing.T) {
 	eachDatabase(t, func(t *testing.T, db database) {
 		ctx := timeout(t, 30*time.Second)
 		one, _ := db.open(t)
 		ib := newInbox(t, one, db.dialect, inbox.WithGapWait(0))
 		h := ib.Handler(record(db.dialect))
-		for _, d := range []*subscriber.Delivery{delivery("k", "old", 1), delivery("k", "old", 5), delivery("k", "new", 1), delivery("k", "new", 3)} {
+		for _, d := range []*subscriber.Delivery{delivery("k", "old", 1), delivery("k", "old", 2), delivery("k", "new", 1), delivery("k", "new", 3)} {
 			require.NoError(t, h(ctx, d))
 		}
 		_, err := ib.Prune(ctx, time.Minute)
@@ -168,19 +169,64 @@ func TestPrune(t *testing.T) {
 		require.NoError(t, err)
 		assert.Zero(t, n, "nothing is idle yet")
 
-		_, err = one.ExecContext(ctx, rebind(db.dialect, `UPDATE keyorder_inbox SET touched = ? WHERE producer = 'old'`), time.Now().Add(-48*time.Hour).Unix())
-		require.NoError(t, err)
+		idle(t, one, db.dialect, 48*time.Hour)
 		n, err = ib.Prune(ctx, 24*time.Hour)
 		require.NoError(t, err)
-		assert.Equal(t, int64(1), n)
-		assert.Equal(t, 1, count(t, one, `SELECT COUNT(*) FROM keyorder_inbox_owed`), "new's owed run stays, old's is gone")
+		assert.Equal(t, int64(1), n, "old is forgotten, new owes 2")
+		assert.Equal(t, 1, count(t, one, `SELECT COUNT(*) FROM keyorder_inbox_owed`), "new's owed run stays")
+		assert.Equal(t, 2, count(t, one, `SELECT COUNT(*) FROM keyorder_inbox`), "new's row and the made row stay")
 
 		require.NoError(t, h(ctx, delivery("k", "new", 2)), "still owed")
-		require.NoError(t, h(ctx, delivery("k", "old", 9)), "starts afresh: no gap")
+		require.NoError(t, h(ctx, delivery("k", "old", 9)), "a gap: 1 to 8 owed")
+		require.NoError(t, h(ctx, delivery("k", "old", 2)), "owed again: a re-application, not a skip")
 		times, _ := applied(t, one)
-		assert.Equal(t, 1, times["k/0.2"])
-		assert.Equal(t, int64(1), ib.Stats().LateApplied)
+		assert.Equal(t, 3, times["k/0.2"], "new's 2, and old's twice: re-applied after the prune")
+		assert.Equal(t, 1, times["k/0.9"])
+		assert.Equal(t, int64(2), ib.Stats().LateApplied)
 		assert.Equal(t, int64(2), ib.Stats().Gaps)
+	})
+}
+
+// idle makes every producer's row of the default table look untouched
+// for d.
+func idle(t *testing.T, db *sql.DB, dialect inbox.Dialect, d time.Duration) {
+	t.Helper()
+	_, err := db.ExecContext(context.Background(), rebind(dialect, `UPDATE keyorder_inbox SET touched = ? WHERE key <> ''`), time.Now().Add(-d).Unix())
+	require.NoError(t, err)
+}
+
+// TestPruneDuringWait: a key idle for two hours gets 5 while 4 is late;
+// Prune runs while 5 waits, and keeps the row 5 waits on; then 4 comes:
+// both are applied, in order, and neither is taken for a copy.
+func TestPruneDuringWait(t *testing.T) {
+	eachDatabase(t, func(t *testing.T, db database) {
+		ctx := timeout(t, 30*time.Second)
+		one, _ := db.open(t)
+		ib := newInbox(t, one, db.dialect, inbox.WithGapWait(time.Minute))
+		h := ib.Handler(record(db.dialect))
+		for n := uint32(1); n <= 3; n++ {
+			require.NoError(t, h(ctx, delivery("k", "p", n)))
+		}
+		idle(t, one, db.dialect, 2*time.Hour)
+		requireWaits(t, h(ctx, delivery("k", "p", 5)), time.Minute)
+		n, err := ib.Prune(ctx, time.Hour)
+		require.NoError(t, err)
+		assert.Zero(t, n, "5 waits on the row")
+		requireWaits(t, h(ctx, delivery("k", "p", 5)), time.Minute)
+
+		require.NoError(t, h(ctx, delivery("k", "p", 4)))
+		require.NoError(t, h(ctx, delivery("k", "p", 5)))
+		_, order := applied(t, one)
+		assert.Equal(t, []uint64{1, 2, 3, 4, 5}, order["k"])
+		assert.Zero(t, ib.Stats().Copies)
+
+		// A row whose wait is open stays, however idle: its message may
+		// be parked, or dead-lettered and redriven.
+		requireWaits(t, h(ctx, delivery("k", "p", 7)), time.Minute)
+		idle(t, one, db.dialect, 2*time.Hour)
+		n, err = ib.Prune(ctx, time.Hour)
+		require.NoError(t, err)
+		assert.Zero(t, n)
 	})
 }
 
@@ -229,4 +275,82 @@ func TestNewRefuses(t *testing.T) {
 	}
 	_, err := inbox.New(ctx, nil, inbox.SQLite)
 	assert.ErrorIs(t, err, inbox.ErrInvalidConfig)
+}
+
+// TestSilenceIsNoStart: a producer's first number above 1 is a gap from
+// 1 of its epoch, waited for; the numbers below it, when they come, are
+// applied in order, not taken for copies; with no wait, they are owed.
+func TestSilenceIsNoStart(t *testing.T) {
+	eachDatabase(t, func(t *testing.T, db database) {
+		ctx := timeout(t, 30*time.Second)
+		one, two := db.open(t)
+		var seen gaps
+		waiting := newInbox(t, one, db.dialect, inbox.WithGapWait(time.Minute))
+		h := waiting.Handler(record(db.dialect))
+		requireWaits(t, h(ctx, delivery("k", "p", 3)), time.Minute)
+		requireWaits(t, h(ctx, delivery("j", "p", 3)), time.Minute)
+		for n := uint32(1); n <= 3; n++ {
+			require.NoError(t, h(ctx, delivery("k", "p", n)))
+		}
+		h0 := newInbox(t, two, db.dialect, inbox.WithGapWait(0), inbox.WithGapHandler(seen.handler)).Handler(record(db.dialect))
+		epoch := delivery("e", "p", 3)
+		epoch.Seq = ordering.MakeSeq(2, 3)
+		require.NoError(t, h0(ctx, epoch), "no wait: 2.1 and 2.2 owed")
+		for _, n := range []uint32{2, 1} {
+			d := delivery("e", "p", n)
+			d.Seq = ordering.MakeSeq(2, n)
+			require.NoError(t, h0(ctx, d), "owed %d, applied late", n)
+		}
+		_, order := applied(t, one)
+		assert.Equal(t, []uint64{1, 2, 3}, order["k"])
+		assert.Empty(t, order["j"], "j's 3 still waits")
+		seq := ordering.MakeSeq
+		assert.Equal(t, []uint64{seq(2, 3), seq(2, 2), seq(2, 1)}, order["e"])
+		require.Len(t, seen.all(), 1)
+		assert.Equal(t, seq(2, 1), seen.all()[0].From)
+		assert.Zero(t, waiting.Stats().Copies)
+	})
+}
+
+// TestAdoption: a producer's first message published before the table
+// was made starts its record, counted as adopted; one published after,
+// or with no publish time, waits for number 1. Every Inbox on the table
+// reads the one time its first New recorded.
+func TestAdoption(t *testing.T) {
+	eachDatabase(t, func(t *testing.T, db database) {
+		ctx := timeout(t, 30*time.Second)
+		one, two := db.open(t)
+		before := time.Now().Add(-time.Second)
+		first := newInbox(t, one, db.dialect, inbox.WithGapWait(time.Minute))
+		between := time.Now().Add(time.Millisecond)
+		require.NoError(t, waitUntil(ctx, between))
+		second := newInbox(t, two, db.dialect, inbox.WithGapWait(time.Minute))
+		h := second.Handler(record(db.dialect))
+
+		old := delivery("k", "p", 7)
+		old.PublishTime = before
+		require.NoError(t, h(ctx, old), "published before the table was made: adopted")
+		require.NoError(t, h(ctx, delivery("k", "p", 8)))
+		require.NoError(t, h(ctx, delivery("k", "p", 6)), "below the adopted start: a copy")
+
+		made := delivery("j", "p", 7)
+		made.PublishTime = between
+		requireWaits(t, h(ctx, made), time.Minute)
+		requireWaits(t, h(ctx, delivery("i", "p", 7)), time.Minute)
+		_, order := applied(t, one)
+		assert.Equal(t, []uint64{7, 8}, order["k"])
+		assert.Equal(t, int64(1), second.Stats().Adopted)
+		assert.Equal(t, int64(1), second.Stats().Copies)
+		assert.Zero(t, first.Stats().Adopted)
+	})
+}
+
+// waitUntil returns once the clock has passed t.
+func waitUntil(ctx context.Context, t time.Time) error {
+	select {
+	case <-time.After(time.Until(t)):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

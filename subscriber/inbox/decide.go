@@ -8,14 +8,12 @@ import "github.com/keyorder/keyorder/ordering"
 type step uint8
 
 const (
-	// first: the store holds nothing of the (key, producer), so the
-	// number starts its sequence, as S12's first stamp does: nothing
-	// before it is missing, since the producer may have published it
-	// before the inbox existed, or its record was pruned.
-	first step = iota
-	// next: the number after the last applied, or the first of a higher
-	// epoch (the unused end of the old one is no gap).
-	next
+	// next: the number after the last applied, or number 1 of a higher
+	// epoch (the unused end of the old one is no gap). With nothing
+	// applied, the last is 0, so that number 1 of any epoch is the next:
+	// every sequence starts at 1 (ordering.Stamp), and a first number
+	// above it is a gap, never a start.
+	next step = iota
 	// gap: numbers between the last applied and this one are missing,
 	// from gapFrom to gapTo, within this number's epoch.
 	gap
@@ -26,10 +24,7 @@ const (
 // classify returns the step of seq after last, the highest number of the
 // (key, producer) applied, 0 if none; for a gap, the missing numbers.
 func classify(last, seq uint64) (s step, gapFrom, gapTo uint64) {
-	switch {
-	case last == 0:
-		return first, 0, 0
-	case seq <= last:
+	if seq <= last {
 		return older, 0, 0
 	}
 	epoch, n := ordering.SplitSeq(seq)

@@ -18,8 +18,10 @@ func TestClassify(t *testing.T) {
 		want     step
 		from, to uint64
 	}{
-		{"nothing recorded, number 1", 0, seq(0, 1), first, 0, 0},
-		{"nothing recorded, a later number starts the sequence", 0, seq(2, 40), first, 0, 0},
+		{"nothing recorded, number 1", 0, seq(0, 1), next, 0, 0},
+		{"nothing recorded, number 1 of a later epoch", 0, seq(2, 1), next, 0, 0},
+		{"nothing recorded, a later number is a gap from 1", 0, seq(0, 4), gap, seq(0, 1), seq(0, 3)},
+		{"nothing recorded, a later number of a later epoch is a gap from its 1", 0, seq(2, 40), gap, seq(2, 1), seq(2, 39)},
 		{"the next number", seq(0, 4), seq(0, 5), next, 0, 0},
 		{"the same number: a copy", seq(0, 4), seq(0, 4), older, 0, 0},
 		{"a lower number: a copy or owed", seq(0, 4), seq(0, 2), older, 0, 0},

@@ -27,5 +27,53 @@
 // rules: copies, gaps and owed numbers, unstamped messages, what the
 // database must provide, and how long the records last ([Inbox.Prune]).
 //
+// # Where a sequence starts
+//
+// Silence is never a start. keyorder's publisher and the outbox's relay
+// number each key from 1, and a new epoch starts again at 1, so every
+// sequence has a known start: a producer's first number above 1 for a
+// key, with nothing of it recorded, is a gap (numbers 1 to it of its
+// epoch missing), waited for and then owed, never taken for the start.
+// So a lower number that comes later (a hand-over on a server that
+// redelivers out of order, a first event redriven from a dead-letter
+// topic) is applied, never acked as a copy.
+//
+// One exception is explicit: the table records when it was made (a row
+// that [New] writes once, with key and producer ""), and a producer's
+// first message published before that, by the service's clock, is
+// adopted as its start, counted in [Stats.Adopted] and logged at Info:
+// its earlier numbers were the business of whatever the service ran
+// before the inbox. Without it, the first deployment of an inbox on a
+// live topic would make every key wait out a gap. A delivery without a
+// publish time (a handler called by hand) is never adopted.
+//
+// # Gaps, and which count to believe
+//
+// The table holds every replica's record, so the inbox's gaps are
+// certain: a number it records as owed ([WithGapHandler], [Stats.Gaps],
+// the keyorder.inbox.missing metric, the Warn "inbox gap recorded as
+// owed") was applied by no replica when the wait ended. A subscriber's
+// own sequence check sees only what passed through its process, and
+// reports gaps that may be another replica's numbers; where an inbox is
+// in use, its report is the authority.
+//
+// A gap's wait is recorded once, in the row, by whichever replica first
+// finds it; every message waiting behind it, on any replica and any
+// door, shares that one clock, which ends at [WithGapWait].
+//
+// # Stamps
+//
+// The inbox trusts Delivery.Producer and Delivery.Seq, as the
+// subscription sets them. On a subscription that verifies signed stamps
+// (subscriber.WithStampKey), a message whose stamp is not proven reaches
+// the handler unstamped, so a forged stamp adds no row and makes no real
+// message a copy: it is refused as unstamped ([ErrUnstamped]), or applied
+// at least once with [WithUnstampedAtLeastOnce]. Refused, it holds or
+// parks its key as a failure does (S5), so whoever may publish to the
+// topic can still stop a key, though not make it skip: a service that
+// would rather drop what is not proven acks a message whose Seq is 0 in a
+// handler of its own, before the inbox's. Without keys, stamps are
+// trusted as written (the repository's DESIGN.md, Security model).
+//
 // The package speaks only database/sql; it imports no driver.
 package inbox

@@ -34,3 +34,24 @@ var ErrClosed = errors.New("keyorder/inbox: closed")
 // RetryAfter costs the message no attempt; the subscription's
 // WithErrorHandler sees it with every other failed call.
 var ErrGapWait = errors.New("keyorder/inbox: waiting for missing sequence numbers")
+
+// ErrTableShape is returned by [New] when a table of the inbox's name
+// exists and is not the inbox's: a column the inbox writes is missing, or
+// one it does not write is required. Nothing is written to it; name
+// another table with [WithTable].
+var ErrTableShape = errors.New("keyorder/inbox: table is not the inbox's")
+
+// ErrUnstorable is returned by a [Inbox.Handler] handler, wrapped in
+// subscriber.Permanent with the message's ID, for a message whose key or
+// producer the table cannot hold: a NUL byte, or bytes that are not
+// UTF-8. A retry would fail alike, so the failure policy of the
+// subscription applies (S5) at once.
+var ErrUnstorable = errors.New("keyorder/inbox: key or producer cannot be stored")
+
+// ErrTxEnded is returned by a [Inbox.Handler] handler, wrapped in
+// subscriber.Permanent with the message's ID, when the [ApplyFunc]
+// committed or rolled back the inbox's transaction, which it must leave
+// to the inbox: what was committed is then not what the inbox decided.
+// It is a bug in apply that no retry mends, so the failure policy of the
+// subscription applies (S5).
+var ErrTxEnded = errors.New("keyorder/inbox: apply committed or rolled back the inbox's transaction; an ApplyFunc must leave it to the inbox")

@@ -19,9 +19,13 @@ import (
 // Stats are an Inbox's counts since [New], of what this process saw: the
 // table holds what every replica did.
 type Stats struct {
-	// Applied counts messages applied in order: the first of a (key,
-	// producer), the next, or the message after a gap.
+	// Applied counts messages applied in order: the next of a (key,
+	// producer), number 1 for the first, or the message after a gap.
 	Applied int64
+	// Adopted counts, within Applied, the first messages of a (key,
+	// producer) that started its record above number 1, as published
+	// before the inbox was made (see the package doc).
+	Adopted int64
 	// Copies counts messages found applied already, here or by another
 	// replica, and acked unapplied.
 	Copies int64
@@ -63,7 +67,7 @@ type recorder struct {
 	missing  metric.Int64Counter
 	table    attribute.KeyValue
 	counts   struct {
-		applied, copies, gaps, owed, late, waits, unstamped atomic.Int64
+		applied, adopted, copies, gaps, owed, late, waits, unstamped atomic.Int64
 	}
 }
 
@@ -98,6 +102,15 @@ func (o *recorder) count(ctx context.Context, outcome string) {
 func (o *recorder) applied(ctx context.Context) {
 	o.counts.applied.Add(1)
 	o.count(ctx, outcomeApplied)
+}
+
+// adopted logs a first number above 1 taken for the start, as published
+// before the table was made; applied counts it.
+func (o *recorder) adopted(ctx context.Context, d *subscriber.Delivery, made time.Time) {
+	o.counts.adopted.Add(1)
+	o.log.InfoContext(ctx, "keyorder/subscriber: inbox adopted a producer that published before it was made",
+		"key", d.Key, "producer", d.Producer, "seq", ordering.FormatSeq(d.Seq), "message_id", d.ID,
+		"published", d.PublishTime, "made", made)
 }
 
 func (o *recorder) copied(ctx context.Context, d *subscriber.Delivery) {
@@ -147,7 +160,7 @@ func (o *recorder) refused(ctx context.Context) {
 func (o *recorder) stats() Stats {
 	c := &o.counts
 	return Stats{
-		Applied: c.applied.Load(), Copies: c.copies.Load(), Gaps: c.gaps.Load(), Owed: c.owed.Load(),
+		Applied: c.applied.Load(), Adopted: c.adopted.Load(), Copies: c.copies.Load(), Gaps: c.gaps.Load(), Owed: c.owed.Load(),
 		LateApplied: c.late.Load(), GapWaits: c.waits.Load(), Unstamped: c.unstamped.Load(),
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -49,23 +50,75 @@ var tableRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,46}$`)
 // two inboxes share a database: two services that consume one topic into
 // one database each need their own record of what they applied. name is
 // 1 to 47 lower-case letters, digits and underscores, not starting with a
-// digit.
+// digit, and not a name the inbox cannot use (reservedTable): a word
+// either dialect reserves (order, user, group, select, table...), a name
+// ending in "_owed" (another inbox's runs owed), one the outbox uses
+// (starting with keyorder_outbox), or one a database keeps for itself
+// (starting with pg_ or sqlite_). Each is refused with
+// [ErrInvalidConfig].
 func WithTable(name string) Option {
 	return func(c *config) error {
 		if !tableRE.MatchString(name) {
 			return fmt.Errorf("%w: WithTable(%q): want 1 to 47 of [a-z0-9_], not starting with a digit", ErrInvalidConfig, name)
+		}
+		if why := reservedTable(name); why != "" {
+			return fmt.Errorf("%w: WithTable(%q): %s", ErrInvalidConfig, name, why)
 		}
 		c.table = name
 		return nil
 	}
 }
 
+// reservedTable says why name cannot be the inbox's table, or "".
+func reservedTable(name string) string {
+	switch {
+	case reservedWords[name]:
+		return "a word SQLite or PostgreSQL reserves, which the inbox's statements cannot name unquoted"
+	case strings.HasSuffix(name, "_owed"):
+		return `the name of an inbox's table of owed numbers (the suffix "_owed")`
+	case strings.HasPrefix(name, "keyorder_outbox"):
+		return "a name the outbox's tables use"
+	case strings.HasPrefix(name, "pg_"), strings.HasPrefix(name, "sqlite_"):
+		return "a prefix the database keeps for its own tables"
+	}
+	return ""
+}
+
+// reservedWords are the words that failed as the inbox's table name on
+// SQLite (modernc.org/sqlite) or PostgreSQL 15, when every word of both
+// lists of keywords was tried through New, a message and Prune: PostgreSQL's reserved words,
+// SQLite's that it takes for no identifier, and "excluded", which names
+// the row an upsert proposes and makes the lock statement ambiguous.
+var reservedWords = func() map[string]bool {
+	m := map[string]bool{}
+	for _, w := range strings.Fields(`add all alter analyse analyze and any array as asc asymmetric
+		authorization autoincrement between binary both case cast check
+		collate collation column commit concurrently constraint create cross
+		current_catalog current_date current_role current_schema current_time
+		current_timestamp current_user default deferrable delete desc
+		distinct do drop else end escape except excluded exists false fetch
+		for foreign freeze from full grant group having if ilike in index
+		initially inner insert intersect into is isnull join lateral leading
+		left like limit localtime localtimestamp natural not nothing notnull
+		null offset on only or order outer overlaps placing primary raise
+		references returning right select session_user set similar some
+		symmetric table tablesample then to trailing transaction true union
+		unique update user using values variadic verbose when where window
+		with`) {
+		m[w] = true
+	}
+	return m
+}()
+
 // WithGapWait sets how long a message after a gap in its producer's
 // numbers for its key waits for the missing ones before the inbox records
 // them as owed and applies it. While it waits, its handler returns
 // subscriber.RetryAfter (wrapping [ErrGapWait]), which holds only its key
 // and costs no attempt (S5). The wait is measured from the first time any
-// replica found the gap, as the store records it. The default is
+// replica found the gap, as the store records it: every message waiting
+// behind the gap, on every replica and door, shares that one clock, and
+// it starts again only when the row moves on, a missing number come or
+// owed. The default is
 // [DefaultGapWait], 10 s; d is in [0, 10 min], and 0 applies at once.
 func WithGapWait(d time.Duration) Option {
 	return func(c *config) error {

@@ -1,9 +1,6 @@
 package inbox
 
 import (
-	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -40,11 +37,13 @@ func (d Dialect) String() string {
 // schema is the inbox's two tables: one row per (key, producer), the
 // highest number applied and the gap its next message waits on, if any;
 // and the runs of numbers owed, lo to hi, one per gap recorded, each
-// shortened as its numbers come. touched, in Unix seconds, is when the row
-// last recorded a message, for Prune, which scans the table for it: an
+// shortened as its numbers come. touched, in Unix seconds, is when a
+// message last read the row, for Prune, which scans the table for it: an
 // index on it would be written with every message, for a scan made once a
-// day. wait_since, in Unix milliseconds, is when a replica first found the
-// gap before wait_seq.
+// day. wait_seq above last_seq says a gap's wait is open: wait_seq is the
+// number of the message that began it, and wait_since, in Unix
+// milliseconds, when (the row's one clock, gapped). The row of key and
+// producer '' holds when the table was made (qMade).
 const schema = `
 CREATE TABLE IF NOT EXISTS {t} (
 	key        TEXT   NOT NULL,
@@ -77,14 +76,17 @@ const (
 	// records the message as applied when its number is the next
 	// ({next}), the case of nearly every message, so that it costs one
 	// statement, not two; apply's failure rolls it back with the rest. A
-	// new row is made with the message's number, since its first number
-	// is always applied.
+	// new row is made with the message's number, as the next after 0
+	// when it is number 1 of its epoch; when it is not, the rule finds a
+	// gap, and its wait writes the row's highest back to 0 (gapped). It
+	// touches the row whatever the number, so that a record a message
+	// reads, a copy's or a wait's, is not idle (Prune).
 	qLock = `INSERT INTO {t} (key, producer, last_seq, touched) VALUES (?, ?, ?, ?)
 		ON CONFLICT (key, producer) DO UPDATE SET
 			prev_seq = {t}.last_seq,
 			last_seq = CASE WHEN {next} THEN excluded.last_seq ELSE {t}.last_seq END,
 			wait_seq = CASE WHEN {next} THEN 0 ELSE {t}.wait_seq END,
-			touched  = CASE WHEN {next} THEN excluded.touched ELSE {t}.touched END
+			touched  = excluded.touched
 		RETURNING prev_seq, last_seq, wait_seq, wait_since`
 	// sqlNext is classify's "next" in SQL, excluded.last_seq the message's
 	// number and {t}.last_seq the highest applied: the number after it in
@@ -95,22 +97,29 @@ const (
 	sqlNext = `((excluded.last_seq = {t}.last_seq + 1 AND excluded.last_seq / 4294967296 = {t}.last_seq / 4294967296)
 		OR (excluded.last_seq / 4294967296 > {t}.last_seq / 4294967296 AND excluded.last_seq % 4294967296 = 1))`
 	qApplied  = `UPDATE {t} SET last_seq = ?, wait_seq = 0, wait_since = 0, touched = ? WHERE key = ? AND producer = ?`
-	qTouch    = `UPDATE {t} SET touched = ? WHERE key = ? AND producer = ?`
-	qWait     = `UPDATE {t} SET wait_seq = ?, wait_since = ? WHERE key = ? AND producer = ?`
+	qWait     = `UPDATE {t} SET last_seq = ?, wait_seq = ?, wait_since = ? WHERE key = ? AND producer = ?`
 	qFindOwed = `SELECT lo, hi FROM {t}_owed WHERE key = ? AND producer = ? AND lo <= ? AND hi >= ?`
 	qDelOwed  = `DELETE FROM {t}_owed WHERE key = ? AND producer = ? AND lo = ?`
 	qAddOwed  = `INSERT INTO {t}_owed (key, producer, lo, hi) VALUES (?, ?, ?, ?)`
-	// Prune forgets the idle producers first, then the runs owed of
-	// producers it forgot: a run is never forgotten while its producer's
-	// row stays, which would make a late owed number a copy.
-	qPrune       = `DELETE FROM {t} WHERE touched < ?`
+	// Prune forgets the idle producers, but never the made row (key ''),
+	// a row whose gap's wait is open, or one with numbers owed: a late
+	// number needs them, to be applied in place rather than wait again.
+	// Then the runs owed of producers no row holds, should a hand have
+	// deleted their rows.
+	qPrune = `DELETE FROM {t} WHERE touched < ? AND key <> '' AND wait_seq <= last_seq AND NOT EXISTS
+		(SELECT 1 FROM {t}_owed WHERE {t}_owed.key = {t}.key AND {t}_owed.producer = {t}.producer)`
 	qPruneOrphan = `DELETE FROM {t}_owed WHERE NOT EXISTS
 		(SELECT 1 FROM {t} WHERE {t}.key = {t}_owed.key AND {t}.producer = {t}_owed.producer)`
+	// The made row, key and producer '', which no stamped message has
+	// (Handler refuses an empty key): wait_since holds when the table was
+	// made, in Unix milliseconds, and touched the same in seconds.
+	qMade    = `INSERT INTO {t} (key, producer, last_seq, touched, wait_since) VALUES ('', '', 0, ?, ?) ON CONFLICT (key, producer) DO NOTHING`
+	qMadeGet = `SELECT wait_since FROM {t} WHERE key = '' AND producer = ''`
 )
 
 // queries holds the inbox's statements, rewritten once by New.
 type queries struct {
-	lock, applied, touch, wait, findOwed, delOwed, addOwed, prune, pruneOrphan string
+	lock, applied, wait, findOwed, delOwed, addOwed, prune, pruneOrphan string
 }
 
 func newQueries(d Dialect, table string) queries {
@@ -119,36 +128,8 @@ func newQueries(d Dialect, table string) queries {
 		return sqldb.Rebind(d == PostgreSQL, strings.ReplaceAll(s, "{t}", table))
 	}
 	return queries{
-		lock: q(qLock), applied: q(qApplied), touch: q(qTouch), wait: q(qWait),
+		lock: q(qLock), applied: q(qApplied), wait: q(qWait),
 		findOwed: q(qFindOwed), delOwed: q(qDelOwed), addOwed: q(qAddOwed),
 		prune: q(qPrune), pruneOrphan: q(qPruneOrphan),
 	}
-}
-
-// createTables makes the tables if they are missing. On PostgreSQL,
-// CREATE TABLE IF NOT EXISTS is not safe against itself (two at once may
-// both try, and one fail on the catalog's unique index), so replicas that
-// start together take turns on an advisory lock; SQLite's writers take
-// turns anyway.
-func createTables(ctx context.Context, db *sql.DB, d Dialect, table string) (err error) {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			err = errors.Join(err, tx.Rollback())
-		}
-	}()
-	if d == PostgreSQL {
-		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "keyorder/inbox "+table); err != nil {
-			return err
-		}
-	}
-	for _, stmt := range strings.Split(strings.ReplaceAll(schema, "{t}", table), ";") {
-		if _, err := tx.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("keyorder/inbox: create %s: %w", table, err)
-		}
-	}
-	return tx.Commit()
 }
