@@ -26,9 +26,11 @@ import (
 // the key would keep order there, at the cost of a round trip per message.
 
 // WithExactlyOnceDelivery makes [CreateWithTopic] create the subscription
-// with exactly-once delivery on. An existing subscription keeps its own
-// setting, which cannot be changed after creation any more than ordering:
-// [Subscription.ExactlyOnce] reports it. The default is off.
+// with exactly-once delivery on. It matters only at creation: an existing
+// subscription keeps its own setting, which cannot be changed after
+// creation any more than ordering ([Subscription.ExactlyOnce] reports it),
+// and CreateWithTopic and [Open] log at Warn when it lacks what the option
+// asks. The default is off.
 func WithExactlyOnceDelivery() Option {
 	return func(c *config) error {
 		c.exactlyOnce = true

@@ -275,12 +275,15 @@ func WithMaxAttempts(n int) Option {
 	}
 }
 
-// WithBackoff sets the wait before each retry of a failed message: min
-// after the first failure, doubling up to max. While a message waits, its
-// key's later messages wait behind it, but no worker is held: other keys
-// run meanwhile (S5). A message that failed for good waits this backoff
-// too before its call on each later delivery. The defaults are
-// [DefaultMinBackoff] and [DefaultMaxBackoff]; 0 < min <= max.
+// WithBackoff sets keyorder's own, in-process retry, not the service's
+// redelivery (that is [WithRetryPolicy]): the wait before each retry of a
+// failed message that Receive makes itself, min after the first failure,
+// doubling up to max. While a message waits, its key's later messages
+// wait behind it, but no worker is held: other keys run meanwhile (S5). A
+// message that failed for good waits this backoff too before its call on
+// each later delivery. It takes effect on every Receive, of a
+// subscription created or opened. The defaults are [DefaultMinBackoff]
+// and [DefaultMaxBackoff]; 0 < min <= max.
 func WithBackoff(min, max time.Duration) Option {
 	return func(c *config) error {
 		if min <= 0 || max < min {
@@ -528,10 +531,11 @@ func WithLogger(l *slog.Logger) Option {
 // topic and to subscribe to the subscription. The service dead-letters on a
 // best-effort basis and keeps no order: the key goes on without the
 // message (see FIGURES.md on hold, dead-lettering and parking, and
-// [WithParking], which wins when both are set). An existing subscription
-// keeps its own policy: see [Subscription.DeadLetterPolicy]. By default the
-// subscription has none. maxDeliveryAttempts is 5 to 100, as the service
-// requires.
+// [WithParking], which wins when both are set). It matters only at
+// creation: an existing subscription keeps its own policy
+// ([Subscription.DeadLetterPolicy]), and CreateWithTopic and [Open] log a
+// difference at Warn. By default the subscription has none.
+// maxDeliveryAttempts is 5 to 100, as the service requires.
 func WithDeadLetterPolicy(topicID string, maxDeliveryAttempts int) Option {
 	return func(c *config) error {
 		switch err := resource.Topic(topicID); {
@@ -545,15 +549,16 @@ func WithDeadLetterPolicy(topicID string, maxDeliveryAttempts int) Option {
 	}
 }
 
-// WithRetryPolicy asks the service to wait between min and max, growing
-// with each attempt, before it sends a nacked message again, when
-// [CreateWithTopic] creates the subscription. It spaces out the nacks of a
-// held key (S5) and of keys without room (S10), which without a retry
-// policy come back at once. It is the service's policy, not [WithBackoff],
-// which spaces the handler calls of a message this Receive retries itself.
-// An existing subscription keeps its own policy: see
-// [Subscription.RetryPolicy]. By default the subscription has none.
-// 0 <= min <= max <= 600 s, as the service requires.
+// WithRetryPolicy sets the service's redelivery, not keyorder's own
+// in-process retry (that is [WithBackoff]): Pub/Sub waits between min and
+// max, growing with each attempt, before it sends a nacked message again.
+// It matters only at creation: [CreateWithTopic] sets it on a
+// subscription it creates; an existing subscription keeps its own policy
+// ([Subscription.RetryPolicy]), and CreateWithTopic and [Open] log a
+// difference at Warn. It spaces out the nacks of a held key (S5) and of
+// keys without room (S10), which without a retry policy come back at
+// once, and the pushes of a failed message. By default the subscription
+// has none. 0 <= min <= max <= 600 s, as the service requires.
 func WithRetryPolicy(min, max time.Duration) Option {
 	return func(c *config) error {
 		if min < 0 || max < min || max > maxRetryBackoff {
@@ -601,9 +606,9 @@ func WithParking(topicID string) Option {
 // WithTopicRetention makes [CreateWithTopic] create a missing topic with
 // message retention d: the topic keeps every message for d, acknowledged
 // or not, so that [Replay] can read it back and a subscription can be
-// sought back over it. An existing topic keeps its own retention; a
-// difference is logged as a warning when the Subscription is made, as for
-// the subscription's own settings. By default a topic is created without
+// sought back over it. It matters only at creation: an existing topic
+// keeps its own retention, and CreateWithTopic and [Open] (which creates
+// nothing) log a difference at Warn when the Subscription is made. By default a topic is created without
 // retention, as the service does, and Replay then returns
 // [ErrNoRetention]. d is 10 minutes to 31 days, as the service requires.
 // Retention is billed by the service as storage.

@@ -107,12 +107,16 @@ func CreateWithTopic(ctx context.Context, client *pubsub.Client, topicID, subID 
 	if sub.Topic != topic {
 		return nil, fmt.Errorf("%w: %s is attached to %s, not %s", ErrTopicMismatch, name, sub.Topic, topic)
 	}
+	warnExactlyOnce(cfg.log(), sub, cfg.exactlyOnce) // create_drift.go
 	return newSubscription(ctx, client, sub, cfg)
 }
 
 // Open returns the existing subscription subID (an ID or a full name),
 // with its own ordering setting. A missing subscription is an error
-// matching [ErrNotFound].
+// matching [ErrNotFound]. Open creates nothing: each option that matters
+// only at creation (dead-letter and retry policies, exactly-once
+// delivery, topic retention, push) and differs from what the subscription
+// or its topic has is logged at Warn, once.
 func Open(ctx context.Context, client *pubsub.Client, subID string, opts ...Option) (_ *Subscription, err error) {
 	defer func() { err = ended(ctx, "opening a subscription", err) }()
 	cfg, err := newConfig(opts)
@@ -136,6 +140,7 @@ func Open(ctx context.Context, client *pubsub.Client, subID string, opts ...Opti
 	if err := cfg.checkLoops(client, sub.Topic); err != nil {
 		return nil, err
 	}
+	warnOpenDrift(ctx, client, sub, cfg) // create_drift.go
 	return newSubscription(ctx, client, sub, cfg)
 }
 

@@ -26,21 +26,25 @@ type probe struct {
 	name string // the feature, as the server shows it
 	uses string // what in keyorder needs it
 	run  func(c *checker, ctx context.Context) (ok bool, detail string, err error)
+	// wait, if set, is how long the probe waits on purpose, beyond
+	// checkTimeout.
+	wait *time.Duration
 }
 
 // probes are what -check tries, in order.
 var probes = []probe{
-	{"ordered subscriptions", "per-key order (S3)", (*checker).ordered},
-	{"topic message retention", "WithParking, Replay", (*checker).retention},
-	{"subscription filters", "WithParking (its control log and releases)", (*checker).filter},
-	{"a nack redelivers the key's tail", "S5: a failed key's later messages come again, in order", (*checker).tail},
-	{"dead-letter policy", "WithDeadLetterPolicy", (*checker).deadLetter},
-	{"exactly-once delivery", "WithExactlyOnce", (*checker).exactlyOnce},
-	{"push requests carry an OIDC token", "WithPushAuth", (*checker).pushToken},
-	{"push requests carry the ordering key", "push on an ordered subscription", (*checker).pushKey},
+	{"ordered subscriptions", "per-key order (S3)", (*checker).ordered, nil},
+	{"topic message retention", "WithParking, Replay", (*checker).retention, nil},
+	{"subscription filters", "WithParking (its control log and releases)", (*checker).filter, nil},
+	{"a nack redelivers the key's tail", "S5: a failed key's later messages come again, in order", (*checker).tail, nil},
+	{"dead-letter policy", "WithDeadLetterPolicy", (*checker).deadLetter, nil},
+	{"exactly-once delivery", "WithExactlyOnce", (*checker).exactlyOnce, nil},
+	{"keys come back after a consumer restart", "restarts, deploys, hand-overs", (*checker).restart, &restartBound},
+	{"push requests carry an OIDC token", "WithPushAuth", (*checker).pushToken, nil},
+	{"push requests carry the ordering key", "push on an ordered subscription", (*checker).pushKey, nil},
 	// Last: pstest v2.9.0 fails on the pull after it (a nil pointer in
 	// its maintainMessages), and stops answering.
-	{"Seek to a time, ordered subscription", "WithParking, Replay", (*checker).seekOrdered},
+	{"Seek to a time, ordered subscription", "WithParking, Replay", (*checker).seekOrdered, nil},
 }
 
 // checkTimeout bounds each probe: a server that does not answer by then
@@ -55,7 +59,7 @@ func check(ctx context.Context, addr string, out io.Writer, ps []probe) error {
 		return err
 	}
 	defer client.Close()
-	c := &checker{client: client, run: "check-" + strings.ToLower(rand.Text()[:8])}
+	c := &checker{client: client, addr: addr, run: "check-" + strings.ToLower(rand.Text()[:8])}
 	if _, err := c.topic(ctx, nil); err != nil {
 		return fmt.Errorf("the server at %s does not create topics: %w", addr, err)
 	}
@@ -64,7 +68,11 @@ func check(ctx context.Context, addr string, out io.Writer, ps []probe) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "feature\tsupported\tneeded by\tdetail")
 	for _, p := range ps {
-		pctx, cancel := context.WithTimeout(ctx, checkTimeout)
+		d := checkTimeout
+		if p.wait != nil {
+			d += *p.wait
+		}
+		pctx, cancel := context.WithTimeout(ctx, d)
 		ok, detail, err := p.run(c, pctx)
 		cancel()
 		if err != nil {
@@ -85,10 +93,16 @@ func yesNo(ok bool) string {
 // checker holds what the probes make, to delete it at the end.
 type checker struct {
 	client *pubsub.Client
+	addr   string // the server's, for probes that need a client of their own
 	run    string // prefix of this check's resource IDs
 	n      int
 	topics []string
 	subs   []string
+}
+
+// connect returns a new client of the server, in the checker's project.
+func (c *checker) connect(ctx context.Context) (*pubsub.Client, error) {
+	return harness.ConnectProject(ctx, c.addr, c.client.Project())
 }
 
 func (c *checker) name(kind string) string {

@@ -70,5 +70,6 @@ func TestCheck(t *testing.T) {
 		assert.False(t, got["push requests carry an OIDC token"])
 		assert.False(t, got["push requests carry the ordering key"])
 		assert.True(t, got["ordered subscriptions"])
+		assert.False(t, got["keys come back after a consumer restart"], "it never cleans up a dead consumer's stream")
 	})
 }

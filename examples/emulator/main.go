@@ -12,7 +12,8 @@
 //	-host H            host or IP (default localhost; 0.0.0.0 serves every interface, as a container needs)
 //	-fake              serve ordering/orderingtest instead of pstest
 //	-check ADDR        serve nothing: probe the server at ADDR for the features keyorder
-//	                   uses (ordering, filters, Seek, tail redelivery, push tokens...),
+//	                   uses (ordering, filters, Seek, tail redelivery, push tokens, keys
+//	                   coming back after a consumer dies...),
 //	                   print which it has, and exit
 //
 // With -fake only:

@@ -1,17 +1,10 @@
-// Command quickstart creates an ordered subscription, publishes the orders
-// of two customers, and processes them in order per customer.
-//
-// Against the emulator or keyorder's fake, set PUBSUB_EMULATOR_HOST; on
-// Google Cloud, set GOOGLE_CLOUD_PROJECT and credentials.
+// Command quickstart publishes orders and receives them in order per customer.
 package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log"
-	"os"
-	"os/signal"
 	"sync/atomic"
 
 	"cloud.google.com/go/pubsub/v2"
@@ -21,73 +14,47 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx); err != nil {
+	if err := run(context.Background()); err != nil {
 		log.Fatal(err)
 	}
 }
 
 func run(ctx context.Context) error {
-	project := os.Getenv("GOOGLE_CLOUD_PROJECT")
-	if project == "" {
-		project = "keyorder-test" // the examples' project on an emulator
-	}
-	client, err := pubsub.NewClient(ctx, project) // honours PUBSUB_EMULATOR_HOST
+	client, err := pubsub.NewClient(ctx, "my-project") // PUBSUB_EMULATOR_HOST for a local server
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-
-	// Subscribe first: a subscription gets only what is published after
-	// it exists. CreateWithTopic creates the topic too, with ordering on.
-	sub, err := subscriber.CreateWithTopic(ctx, client, "orders", "orders-billing",
-		subscriber.WithWorkers(16))
+	// Subscribe first: a subscription gets only what is published after it
+	// exists. CreateWithTopic makes what is missing, with ordering on.
+	sub, err := subscriber.CreateWithTopic(ctx, client, "orders", "orders-billing")
 	if err != nil {
 		return err
 	}
-
-	// Publish: the key comes from the call, the partition-key header, or
-	// the publisher's default.
-	p, err := publisher.New(client, "orders")
+	pub, err := publisher.New(client, "orders")
 	if err != nil {
 		return err
 	}
-	orders := []struct{ customer, event string }{
-		{"c-7", "created"}, {"c-9", "created"}, {"c-7", "paid"},
-		{"c-9", "paid"}, {"c-7", "shipped"},
-	}
+	defer pub.Close(ctx)
+	orders := [][2]string{{"c-7", "created"}, {"c-9", "created"}, {"c-7", "paid"}, {"c-9", "paid"}, {"c-7", "shipped"}}
 	var results []*publisher.Result
 	for _, o := range orders {
-		results = append(results, p.Publish(ctx, &publisher.Message{
-			Data:    []byte(o.event),
-			Headers: map[string]string{"partition-key": o.customer, "source": "checkout"},
-		}))
+		results = append(results, pub.Publish(ctx, &publisher.Message{Data: []byte(o[1])}, publisher.WithOrderingKey(o[0])))
 	}
 	for _, r := range results {
 		if _, err := r.Get(ctx); err != nil {
-			var pe *publisher.PublishError // names the key; the key resumes by itself
-			if errors.As(err, &pe) {
-				return fmt.Errorf("customer %s: %w", pe.Key, err)
-			}
-			return err // a *publisher.ValidationError: rejected before sending
+			return err // a *publisher.ValidationError, or a *publisher.PublishError naming the key
 		}
 	}
-	if err := p.Close(ctx); err != nil {
-		return err
-	}
-
-	// Receive until every order is processed. A customer's orders arrive
-	// one at a time, in publish order; customers run in parallel.
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var left atomic.Int64
-	left.Store(int64(len(orders)))
-	return sub.Receive(rctx, func(ctx context.Context, d *subscriber.Delivery) error {
-		fmt.Printf("%s: %s\n", d.Key, d.Data) // d.Key == d.Headers["partition-key"]
-		if left.Add(-1) == 0 {
-			cancel() // Receive returns once running handlers finish
+	// Receive: a customer's orders one at a time, in order; customers in parallel.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var done atomic.Int64
+	return sub.Receive(ctx, func(ctx context.Context, d *subscriber.Delivery) error {
+		fmt.Printf("%s: %s\n", d.Key, d.Data)
+		if done.Add(1) == int64(len(orders)) {
+			stop() // Receive returns once running handlers finish
 		}
-		return nil // nil acks; an error retries, then holds the key (S5)
+		return nil // nil acks; an error retries, then holds the key
 	})
 }
