@@ -81,9 +81,6 @@
 //     (gcloud pubsub subscriptions update SUB
 //     --remove-labels=keyorder-parking), then start processes without it.
 //  3. Another parking topic: turn parking off, then on with the new topic.
-//     The first topic's choice, which the control log keeps so that two
-//     processes opening the subscription at once agree on one, holds a
-//     minute after parking was turned on: remove the label after that.
 //
 // # Room
 //

@@ -23,8 +23,11 @@ import (
 // cannot tell which keys are parked, so keyed pushes are answered 503;
 // a push without a key has no order parking keeps, and runs: 204, its
 // handler called. The Error log says just that.
+//
+// It runs alone, before the parallel tests: among them, under load, the
+// endpoint was seen not to learn of the deleted subscription within the
+// test's timeout.
 func TestPushUnkeyedRunsWithoutTheControlLog(t *testing.T) {
-	t.Parallel()
 	var logs metrictest.Log
 	var ran atomic.Int32
 	topic, _ := names()
