@@ -8,13 +8,14 @@ import (
 	"maps"
 	"regexp"
 	"strings"
-	"time"
 
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
-	"github.com/keyorder/keyorder/subscriber/internal/controllog"
+	"github.com/keyorder/keyorder/subscriber/internal/ephemeral"
 )
 
 // LabelParking is the label of a subscription whose processes park keys
@@ -24,15 +25,6 @@ import (
 // by "sha256-" and the first 16 hex digits of the SHA-256 of its full
 // name.
 //
-// The first topic is decided once, where every process sees it: processes
-// that open an unlabelled subscription at once, with different topics,
-// record their choices in the parking control log, whose order picks one;
-// the others fail with [ErrInvalidConfig], whatever the timing. A choice
-// holds against another topic for a minute; after that the label
-// decides. (To turn parking off and on again with another topic, as the
-// package doc says, remove the label at least a minute after parking was
-// first turned on.)
-//
 // Every process that receives a parking subscription must park, to the
 // same topic: one without parking runs a parked key's next message before
 // the parked ones, one with another topic splits a key's parked messages
@@ -41,6 +33,13 @@ import (
 // without WithParking, or with another topic, fails with
 // [ErrInvalidConfig], before it receives anything. See the package doc,
 // "Turning parking on and off", for changing it on a running deployment.
+//
+// The first topic is decided once: of the processes that open an
+// unlabelled subscription at once with different topics, the first to
+// create the subscription's choice (a subscription named after it with
+// "-parking-choice", on its parking topic, deleted once the label is
+// written) labels it, and the others fail with [ErrInvalidConfig],
+// whatever the timing.
 const LabelParking = "keyorder-parking"
 
 // labelValueRE is what the service accepts as a label value.
@@ -75,29 +74,49 @@ func checkParkingLabel(sub *pubsubpb.Subscription, topic string) error {
 	return nil
 }
 
-// chooseParking makes topic, a full name, the parking topic of sub,
-// whose label checkParkingLabel accepted, unless it is labelled already.
+// chooseParking makes t.park the parking topic of sub, whose label
+// checkParkingLabel accepted, unless it is labelled already.
 //
 // Two processes that open an unlabelled subscription at once must not
 // both label it, each with its topic: a read then a write lets the last
-// writer win while both run. The control log decides instead: each
-// records its choice (controllog.Choose), and the first in the log's
-// order holds; a process whose choice lost is refused. The choice holds
-// for controllog.TopicHold, so the whole of this, from the read that
-// found no label to the label written, must take less than half of it:
-// then a process that read the subscription before the winner's label
-// was written recorded its choice within the hold, and was refused.
+// writer win while both run. The service has no compare-and-set on labels
+// (a subscription has no etag), but creating a resource is one: the first
+// CreateSubscription of a name succeeds, the others get AlreadyExists. So
+// an opener first creates the choice, a subscription on its parking topic
+// named after sub (choiceName) that receives nothing; then reads the
+// label again and writes it; then deletes the choice. One that finds the
+// choice made on another topic is refused. One that makes it after
+// another's was deleted reads the label that one wrote before deleting
+// it, and is refused by checkParkingLabel if it differs. No timing is
+// assumed.
 func chooseParking(ctx context.Context, client *pubsub.Client, sub *pubsubpb.Subscription, t *parkingTopics) error {
 	if _, labelled := sub.GetLabels()[LabelParking]; labelled {
 		return nil
 	}
-	lg, err := controllog.Open(ctx, client, t.logConfig(sub.GetName(), 10*time.Second, false))
-	if err != nil {
-		return fmt.Errorf("keyorder/subscriber: choosing the parking topic of %s: %w", sub.GetName(), err)
+	name, admin := sub.GetName(), client.SubscriptionAdminClient
+	choice := choiceName(name)
+	_, err := admin.CreateSubscription(ctx, ephemeral.Subscription(choice, t.park, `attributes.keyorder-parking-choice = "1"`))
+	switch {
+	case status.Code(err) == codes.AlreadyExists:
+		// Another opener's, under way; or one a crash left, for a day.
+		held, err := admin.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: choice})
+		switch {
+		case status.Code(err) == codes.NotFound:
+			// Deleted meanwhile, once its label was written: read below.
+		case err != nil:
+			return fmt.Errorf("keyorder/subscriber: choosing the parking topic of %s: %w", name, err)
+		case held.GetTopic() != t.park:
+			return invalid("WithParking(%s): another process opening the subscription %s chose another parking topic, %s, at the same time: every process must park to the same one; use that topic (if no process is opening it, a crash left the choice %s behind: delete it)",
+				t.park, name, held.GetTopic(), choice)
+		}
+	case err != nil:
+		return fmt.Errorf("keyorder/subscriber: choosing the parking topic of %s: %w", name, err)
+	default:
+		// Deleted once the label is written, or not: the next opener of
+		// this topic goes on, and one of another reads the label.
+		defer ephemeral.Remove(context.WithoutCancel(ctx), client, choice)
 	}
-	defer func() { _ = lg.Close() }()
-	begun, name := time.Now(), sub.GetName()
-	if sub, err = client.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: name}); err != nil {
+	if sub, err = admin.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: name}); err != nil {
 		return fmt.Errorf("keyorder/subscriber: subscription %s: %w", name, err)
 	}
 	if err := checkParkingLabel(sub, t.park); err != nil {
@@ -106,23 +125,12 @@ func chooseParking(ctx context.Context, client *pubsub.Client, sub *pubsubpb.Sub
 	if _, labelled := sub.GetLabels()[LabelParking]; labelled {
 		return nil
 	}
-	value := parkingLabel(projectOf(sub.GetName()), t.park)
-	chosen, err := lg.Choose(ctx, value)
-	switch {
-	case err != nil:
-		return fmt.Errorf("keyorder/subscriber: choosing the parking topic of %s: %w", sub.GetName(), err)
-	case chosen != value:
-		return invalid("WithParking(%s): another process opening the subscription %s at the same time chose another parking topic (label %s=%s): every process must park to the same one; use that topic",
-			t.park, sub.GetName(), LabelParking, chosen)
-	}
-	if err := labelParking(ctx, client, sub, value); err != nil {
-		return err
-	}
-	if took := time.Since(begun); took > controllog.TopicHold/2 {
-		return fmt.Errorf("keyorder/subscriber: choosing the parking topic of %s took %v, more than %v: another process may have chosen another meanwhile; open the subscription again to check", sub.GetName(), took.Round(time.Second), controllog.TopicHold/2)
-	}
-	return nil
+	return labelParking(ctx, client, sub, parkingLabel(projectOf(name), t.park))
 }
+
+// choiceName is the name of the subscription that holds the choice of
+// sub's parking topic while it is being labelled (chooseParking).
+func choiceName(sub string) string { return ephemeral.Name(sub, "subscriptions", "-parking-choice") }
 
 // labelParking labels sub as parking to the topic whose label value is
 // value, keeping its other labels.

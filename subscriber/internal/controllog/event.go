@@ -57,23 +57,7 @@ const (
 	// Processes of versions before this kind refuse it, and so still see
 	// the request pending.
 	Withdraw Kind = "release-withdraw"
-	// Choose chooses the subscription's parking topic, Topic (the value of
-	// the subscription's parking label): the first choice in the log
-	// holds, and a later one of another topic is refused, until the
-	// choice is older than TopicHold. Its verdict's Topic is the choice in
-	// force. Openers that find the subscription unlabelled record one, so
-	// that two that race agree on one topic, or one is refused.
-	Choose Kind = "parking-topic"
 )
-
-// TopicHold is how long a Choose holds against another topic, by the
-// service's publish times: longer than an opener takes from reading the
-// subscription unlabelled to labelling it, which it bounds to half of
-// this, so that one that read the subscription before another's label
-// was written cannot choose another topic. After it, the label decides,
-// and a choice may be made anew (parking turned off and on with another
-// topic).
-const TopicHold = time.Minute
 
 // The log's own kinds, which writers do not record.
 const (
@@ -108,7 +92,6 @@ type Event struct {
 	// Asked is, on a Claim that carries out a Request, the request's
 	// time (PendingRelease.Requested); zero on a Release's own claim.
 	Asked time.Time
-	Topic string // Choose: the parking topic chosen
 }
 
 // entry is ev as the log holds it, without its writer, which publish sets.
@@ -116,7 +99,7 @@ func (ev Event) entry() *event {
 	if ev.Kind == Park && ev.ParkID == "" {
 		ev.ParkID = ephemeral.NewID()
 	}
-	return &event{Kind: ev.Kind, Key: ev.Key, Park: ev.ParkID, IDs: ev.IDs, Msg: ev.Msg, Err: ev.Err, N: ev.N, From: ev.From, Asked: ev.Asked, Topic: ev.Topic}
+	return &event{Kind: ev.Kind, Key: ev.Key, Park: ev.ParkID, IDs: ev.IDs, Msg: ev.Msg, Err: ev.Err, N: ev.N, From: ev.From, Asked: ev.Asked}
 }
 
 // An event is one entry of the control log, JSON-encoded in a message's
@@ -136,10 +119,9 @@ type event struct {
 	N   int      `json:"n,omitempty"`
 	// From is Event's, added with Request: older processes ignore it.
 	From string `json:"from,omitempty"`
-	// Asked and Topic are Event's, added later: older processes ignore
-	// them (so an older process applies a request's claim as a plain one).
+	// Asked is Event's, added later: older processes ignore it, and so
+	// apply a request's claim as a plain one.
 	Asked time.Time `json:"asked,omitzero"`
-	Topic string    `json:"topic,omitempty"`
 	// Nonce ties a snapshot's parts to its begin.
 	Nonce string `json:"nonce,omitempty"`
 	// Part is a snapshot part's content, and Last marks its final part.

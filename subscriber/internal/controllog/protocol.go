@@ -159,14 +159,6 @@ func ClaimFor(pr PendingRelease) Event {
 	return Event{Kind: Claim, Key: pr.Key, ParkID: pr.ParkID, Asked: pr.Requested}
 }
 
-// Choose records the parking topic this opener would choose, topic, in l,
-// and returns the topic in force after it: topic if it won, or was the
-// choice already, another if another opener chose first (Choose).
-func (l *Log) Choose(ctx context.Context, topic string) (string, error) {
-	v, err := l.Record(ctx, Event{Kind: Choose, Topic: topic})
-	return v.Topic, err
-}
-
 // Claimable returns the requests of pending that the Log self may claim
 // at now: those whose park has no releaser, is its own, or has one whose
 // claim has lapsed by self's clock (lease after its last sign of life),

@@ -8,9 +8,6 @@ import "time"
 type snapshotPart struct {
 	Keys  []*ParkRecord `json:"keys,omitempty"`
 	Ended []*endedPark  `json:"ended,omitempty"`
-	// Topic is the parking topic chosen, in the first part only; added
-	// with Choose.
-	Topic *topicChoice `json:"topic,omitempty"`
 }
 
 // snapshotIDs bounds the message IDs of one snapshot part, about 30 bytes
@@ -20,7 +17,7 @@ const snapshotIDs = 20_000
 // snapshotOf splits the state s into parts.
 func snapshotOf(s *ctlState) []*snapshotPart {
 	var parts []*snapshotPart
-	cur, n := &snapshotPart{Topic: s.topic}, 0
+	cur, n := &snapshotPart{}, 0
 	flush := func() {
 		parts = append(parts, cur)
 		cur, n = &snapshotPart{}, 0
@@ -57,9 +54,6 @@ func snapshotOf(s *ctlState) []*snapshotPart {
 func fromSnapshot(parts []*snapshotPart, lease time.Duration) *ctlState {
 	s := newCtlState(lease)
 	for _, p := range parts {
-		if p.Topic != nil {
-			s.topic = p.Topic
-		}
 		for _, e := range p.Ended {
 			s.ended[e.Park] = e
 			for _, id := range e.IDs {

@@ -16,9 +16,6 @@ type Verdict struct {
 	ParkID string
 	// Ended is set when the event's park has ended (unparked).
 	Ended bool
-	// Topic is the parking topic chosen (Choose), after the event: set
-	// on a Choose's verdict.
-	Topic string
 }
 
 // The lifetimes of what the state remembers.
@@ -57,7 +54,7 @@ type ParkRecord struct {
 	Requester string    `json:"requester,omitempty"`
 	// Withdrawn is the time of the last request withdrawn from the park
 	// (Withdraw), so that whoever waits on it learns it was withdrawn,
-	// not failed. Added with Choose's round: older snapshots lack it.
+	// not failed. Added after Withdraw: older snapshots lack it.
 	Withdrawn time.Time `json:"withdrawn,omitzero"`
 
 	ids      map[string]bool // the set of IDs
@@ -123,15 +120,6 @@ type ctlState struct {
 	released map[string]string
 	// requested holds the parked keys with a pending release request.
 	requested map[string]bool
-	// topic is the parking topic chosen (Choose), nil if none yet.
-	topic *topicChoice
-}
-
-// A topicChoice is the parking topic a Choose chose, and when. Its JSON
-// is part of a snapshot's.
-type topicChoice struct {
-	Topic string    `json:"topic"`
-	At    time.Time `json:"at"`
 }
 
 func newCtlState(lease time.Duration) *ctlState {
@@ -213,17 +201,10 @@ func (s *ctlState) apply(ev *event, at time.Time) Verdict {
 			rec.Withdrawn = rec.Requested
 			s.endRequest(rec)
 		}
-	case Choose:
-		if ok = ev.Topic != "" && (s.topic == nil || s.topic.Topic == ev.Topic || at.Sub(s.topic.At) > TopicHold); ok && (s.topic == nil || s.topic.Topic != ev.Topic) {
-			s.topic = &topicChoice{Topic: ev.Topic, At: at}
-		}
 	case evMarker:
 		ok = true
 	}
-	v := Verdict{Applied: ok, Ended: ev.Park != "" && s.ended[ev.Park] != nil}
-	if ev.Kind == Choose && s.topic != nil {
-		v.Topic = s.topic.Topic
-	}
+	v := Verdict{Applied: ok, Ended: s.ended[ev.Park] != nil}
 	if rec = s.keys[ev.Key]; rec != nil {
 		v.ParkID = rec.ParkID
 	}

@@ -38,45 +38,23 @@ func TestRequestClaims(t *testing.T) {
 	assert.True(t, step(event{Kind: Claim, Key: k, Park: "p1", By: "b"}, 8*time.Second).Applied, "a Release's own claim")
 }
 
-// TestChooseTopic: the first choice of a parking topic holds: a second of
-// the same topic agrees, one of another is refused, and the verdict names
-// the topic in force, until the choice is TopicHold old. A snapshot keeps
-// the choice.
-func TestChooseTopic(t *testing.T) {
-	t.Parallel()
-	s := newCtlState(testLease)
-	step := func(topic string, after time.Duration) Verdict {
-		return s.apply(&event{Kind: Choose, Topic: topic, By: "o"}, start.Add(after))
-	}
-	assert.Equal(t, Verdict{Applied: true, Topic: "t1"}, step("t1", 0))
-	assert.Equal(t, Verdict{Applied: false, Topic: "t1"}, step("t2", time.Millisecond), "the loser learns the winner")
-	assert.Equal(t, Verdict{Applied: true, Topic: "t1"}, step("t1", time.Second), "the same topic agrees")
-	assert.Equal(t, Verdict{Applied: false, Topic: "t1"}, step("t2", TopicHold), "held from the first choice")
-	assert.False(t, step("", 2*TopicHold).Applied, "a choice names a topic")
-
-	back := fromSnapshot(snapshotOf(s), testLease)
-	assert.Equal(t, Verdict{Applied: false, Topic: "t1"}, back.apply(&event{Kind: Choose, Topic: "t2"}, start.Add(time.Second)), "a snapshot keeps it")
-	assert.Equal(t, Verdict{Applied: true, Topic: "t2"}, step("t2", TopicHold+time.Millisecond), "a choice older than the hold gives way")
-}
-
-// TestWireFormatOfChoices pins the fields added with Choose, beside
+// TestWireFormatOfClaims pins the fields added with request claims
+// (a claim's asked, a park's withdrawn, an ended park's key), beside
 // TestWireFormat's, which they change nothing of.
-func TestWireFormatOfChoices(t *testing.T) {
+func TestWireFormatOfClaims(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
 	for _, tc := range []struct {
 		ev   *event
 		want string
 	}{
-		{&event{Kind: Choose, By: "r1", Seq: 1, Topic: "orders-parked"},
-			`{"kind":"parking-topic","by":"r1","seq":1,"topic":"orders-parked"}`},
 		{&event{Kind: Claim, By: "r2", Seq: 2, Key: "k", Park: "p1", Asked: at},
 			`{"kind":"claim","by":"r2","seq":2,"key":"k","park":"p1","asked":"2026-01-02T03:04:05.000000006Z"}`},
 		{&event{Kind: evSnapshot, By: "r1", Nonce: "n1", Part: &snapshotPart{
 			Keys:  []*ParkRecord{{Key: "k", ParkID: "p1", Since: at, Withdrawn: at}},
-			Topic: &topicChoice{Topic: "orders-parked", At: at},
+			Ended: []*endedPark{{Park: "p0", At: at, IDs: []string{"m0"}, Key: "k"}},
 		}, Last: true},
-			`{"kind":"snapshot","by":"r1","nonce":"n1","part":{"keys":[{"key":"k","park":"p1","since":"2026-01-02T03:04:05.000000006Z","msg":"","err":"","ids":null,"withdrawn":"2026-01-02T03:04:05.000000006Z"}],"topic":{"topic":"orders-parked","at":"2026-01-02T03:04:05.000000006Z"}},"last":true}`},
+			`{"kind":"snapshot","by":"r1","nonce":"n1","part":{"keys":[{"key":"k","park":"p1","since":"2026-01-02T03:04:05.000000006Z","msg":"","err":"","ids":null,"withdrawn":"2026-01-02T03:04:05.000000006Z"}],"ended":[{"park":"p0","at":"2026-01-02T03:04:05.000000006Z","ids":["m0"],"key":"k"}]},"last":true}`},
 	} {
 		t.Run(string(tc.ev.Kind), func(t *testing.T) {
 			data, err := encodeEvent(tc.ev)
