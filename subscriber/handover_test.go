@@ -2,8 +2,10 @@ package subscriber_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -99,4 +101,30 @@ func TestRedrivenOlderEpochRuns(t *testing.T) {
 	_, data := rec.snapshot()
 	assert.Equal(t, []string{"k/1.1", "k/2.1", "k/1.2"}, data)
 	assert.Zero(t, s.Stats().Duplicates)
+}
+
+// TestSignedHandOverRunsAll: the hand-over of TestEarlierNumbersRunFirst
+// with signed stamps and a subscriber that verifies them, beside a forged
+// stamp ahead of the producer's numbers: a Receive gets the key's 30 real
+// messages and stops before running any; the next, getting them back in
+// nack order, runs all 30, stamped, none taken for a copy, and the forgery
+// runs as unstamped.
+func TestSignedHandOverRunsAll(t *testing.T) {
+	t.Parallel()
+	const n = 30
+	e := newFakeEnv(t, []orderingtest.Option{orderingtest.WithEmulatorRedelivery()},
+		subscriber.WithUnorderedRedelivery(), subscriber.WithDrainTimeout(100*time.Millisecond), subscriber.WithStampKey(stampKey))
+	publishSigned(t, e.client, e.topic, append(honest("k", 1, n), forgeries("k", nil)[0]))
+	handOver(t, e, n+1)
+	c := newStampCalls()
+	receiveN(t, e.sub, c, n+1, func(*subscriber.Delivery) {})
+	got := c.snapshot()
+	var want []string
+	for i := 1; i <= n; i++ {
+		want = append(want, fmt.Sprintf("p/k/%d#%d", i, i))
+	}
+	assert.ElementsMatch(t, append(want, "/forged high#0"), got)
+	st := e.sub.Stats()
+	assert.Zero(t, st.Duplicates, "nothing was taken for a copy")
+	assert.EqualValues(t, 2, st.Unverified, "the forgery, in each Receive")
 }

@@ -36,10 +36,25 @@ import (
 //     service will deliver it again); the failed ack of a copy, skipped
 //     unrun, makes nothing owed.
 //
-// The first stamp of a (key, producer) seen in a Receive starts its
-// sequence: nothing is reported missing before it, and a number below it is
-// taken for a copy of a message processed before this Receive, unless it
-// was redriven ([DeadLetterSourceAttribute]): then it runs, once.
+// The first stamp of a (key, producer) seen in a Receive is where the
+// sequence starts here, not where the producer started it: a first number
+// above 1 of its epoch follows numbers never seen here, counted as an
+// uncertain gap (Stats.UncertainGaps, logged at Debug, not told to
+// WithGapHandler, which hears of the numbers missing between two this
+// Receive saw). A number below it is taken for a copy only where the
+// service's order proves it one: it resends a key's tail in order, so a
+// lower number that comes later was stored later. A redriven one
+// ([DeadLetterSourceAttribute]) runs, once; on a server that redelivers out
+// of order ([WithUnorderedRedelivery]) every one runs, and only what this
+// Receive recorded run is a copy. The same holds below the latest epoch
+// begun here, whose predecessor's end was never seen.
+//
+// A gap is certain only when the key's earlier message was still here
+// when the one after the gap arrived: the service moves a key between
+// clients only when none of its messages is outstanding, so a key that had
+// nothing here, however briefly, may have been on another client, and its
+// numbers processed there. Such a gap, and any on a server that
+// redelivers out of order, where the numbers may still come, is uncertain.
 //
 // A producer that counts a key afresh starts a new epoch of its numbers
 // (see [ordering.Stamp], Epochs), whose numbers are all above the old
@@ -96,11 +111,14 @@ type Gap struct {
 	Seq       uint64
 	// Uncertain is set when the key may have been on another client of
 	// the subscription while the numbers went missing: it had nothing
-	// here, and had been quiet here for a second or more, when the message
-	// after the gap arrived. The service moves a key between clients only
-	// when none of its messages is outstanding, so a gap seen while the
-	// key stayed here is certain; one after a pause may be the numbers
-	// another client processed, which this process cannot know (S12).
+	// here when the message after the gap arrived, or its sequence was new
+	// to the window. The service moves a key between clients only when
+	// none of its messages is outstanding, so a gap seen while the key
+	// stayed here is certain; one after any absence, however short, may be
+	// the numbers another client processed, which this process cannot
+	// know (S12). On a server that redelivers out of order
+	// ([WithUnorderedRedelivery]) every gap is uncertain: the numbers may
+	// still come.
 	Uncertain bool
 }
 

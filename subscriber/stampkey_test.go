@@ -290,3 +290,18 @@ func TestForgedStampsOnPush(t *testing.T) {
 	assert.EqualValues(t, 2, e.sub.Stats().Unverified)
 	assert.Zero(t, e.sub.Stats().Duplicates)
 }
+
+// TestForgedStampsOnReplay: Replay, which runs Receive's path with
+// Receive's options, verifies as Receive does.
+func TestForgedStampsOnReplay(t *testing.T) {
+	t.Parallel()
+	e := newReplayEnv(t, time.Hour)
+	publishSigned(t, e.client, e.topic, append(forgeries("k", nil), honest("k", 1, 3)...))
+	c := newStampCalls()
+	err := await(t, e.replay(testContext(t), time.Time{}, func(_ context.Context, d *subscriber.Delivery) error {
+		c.add(d)
+		return nil
+	}, subscriber.WithStampKey(stampKey), subscriber.WithQuietPeriod(200*time.Millisecond)))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/forged high#0", "/forged epoch#0", "p/k/1#1", "p/k/2#2", "p/k/3#3"}, c.snapshot())
+}

@@ -143,7 +143,10 @@ type Stats struct {
 	// Gaps counts the gaps in producers' sequences reported to
 	// [WithGapHandler] that are certain, and UncertainGaps those that are
 	// not: seen after the key had been away, perhaps on another client
-	// ([Gap.Uncertain]).
+	// ([Gap.Uncertain]), and the numbers before the first one a Receive
+	// saw of a sequence, when that is above 1 of its epoch. They are this
+	// process's view; with several clients, a store they share (package
+	// inbox) is the authority on what is missing.
 	Gaps, UncertainGaps int64
 	// Rerun counts stamped messages run though they may have run before:
 	// a bound of [WithSequenceWindow] was reached, and what the window
