@@ -72,8 +72,10 @@ func handOverRounds(t *testing.T, db database, extra ...subscriber.Option) {
 			stop()
 			closed(t, srv, second)
 		}
+		// Every number applied once proves that no copy the inbox acked
+		// was a number it had not applied (exactly once, a lease that ran
+		// out after the commit brings back a true copy).
 		requireOnceInOrder(t, one, keys, n)
-		assert.Zero(t, ib.Stats().Copies, "nothing taken for a copy")
 		assert.Zero(t, ib.Stats().Gaps, "nothing owed: every number came")
 		t.Logf("inbox %+v; second Receive's reruns %d", ib.Stats(), second.Stats().Rerun)
 	}
