@@ -43,7 +43,7 @@ type Delivery struct {
 	// Producer and Seq are the message's stamp ([ordering.Stamp]): the
 	// producer that published it, and its number in that producer's
 	// sequence for the key. Both are zero when the message has no valid
-	// stamp. Seq increases with each message of the producer for the
+	// stamp, or, with [WithStampKey], none whose signature verifies. Seq increases with each message of the producer for the
 	// key, across its epochs ([ordering.SplitSeq]); keyorder's publisher
 	// keeps it below 2^63, so that it fits an int64 column. A valid
 	// stamp's attribute ([ordering.StampAttribute], or the two of the
@@ -54,9 +54,16 @@ type Delivery struct {
 	Seq      uint64
 }
 
-// newDelivery builds the Delivery of m. It takes over m's attribute map,
-// which no one else reads, to add the key header without a copy.
+// newDelivery builds the Delivery of m, taking its stamp on trust.
 func newDelivery(m *pubsub.Message) Delivery {
+	d, _ := deliveryOf(m, nil)
+	return d
+}
+
+// deliveryOf builds the Delivery of m. It takes over m's attribute map,
+// which no one else reads, to add the key header without a copy. With
+// keys, a stamp counts only if its signature verifies (stampkey.go).
+func deliveryOf(m *pubsub.Message, keys *ordering.StampKeys) (Delivery, stampNote) {
 	headers := m.Attributes
 	if m.OrderingKey != "" {
 		if headers == nil {
@@ -74,9 +81,6 @@ func newDelivery(m *pubsub.Message) Delivery {
 	if m.DeliveryAttempt != nil {
 		d.DeliveryAttempt = *m.DeliveryAttempt
 	}
-	if st, err := ordering.ParseStamp(headers); err == nil && !st.IsZero() {
-		d.Producer, d.Seq = st.Producer, st.Seq
-		ordering.DeleteStamp(headers)
-	}
-	return d
+	note := takeStamp(&d, headers, keys, m.OrderingKey, m.Data)
+	return d, note
 }

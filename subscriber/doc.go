@@ -125,6 +125,26 @@
 // applies the effect only if it moves the key's last applied Seq forward
 // (see examples/inbox).
 //
+// What a process can know is what passed through it. Silence is no start:
+// the numbers before the first one a Receive sees of a (key, producer)
+// were never seen here, and below it only the service's order proves a
+// number a copy; on a server that redelivers out of order
+// ([WithUnorderedRedelivery]), and for a message redriven from a
+// dead-letter topic, nothing is a copy unless this process recorded it
+// run. A gap is certain ([Stats.Gaps], at Warn, once a minute at most per
+// key and producer) only when the key's earlier message was still here
+// when the one after the gap arrived; a key that had nothing here may
+// have been on another client, so its gaps are uncertain
+// ([Stats.UncertainGaps], at Info). With several replicas, the authority on
+// what is missing is a store they share: package inbox's counts and gap
+// reports, not these.
+//
+// Whoever may publish to the topic can write a stamp. [WithStampKey]
+// verifies each stamp's signature ([ordering.StampKeys]) on every door: a
+// stamp whose signature is missing or wrong is no stamp, the message runs
+// as unstamped, and it is counted in [Stats.Unverified] (DESIGN.md,
+// Security model).
+//
 // # Replay
 //
 // [Replay] reads a topic's history, from a time up to the moment it was
@@ -150,6 +170,8 @@
 //     keyorder.reason (failed, room, shutdown, tail, hold, replay_range);
 //   - keyorder.subscriber.handler.duration (histogram, s): handler calls,
 //     by keyorder.outcome ok, error or panic;
+//   - keyorder.subscriber.unverified_stamps (counter): deliveries whose
+//     stamp's signature was missing or wrong, with [WithStampKey];
 //   - keyorder.subscriber.held_keys, keyorder.subscriber.queued and
 //     keyorder.subscriber.oldest_unacked.age (gauges; the last in s),
 //     observed while Receive runs.

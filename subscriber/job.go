@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
+
+	"github.com/keyorder/keyorder/ordering"
 )
 
 // A job is one message on its way through Receive: queued on its key's
@@ -65,6 +67,11 @@ type job struct {
 	// before the job is shared.
 	fresh bool
 
+	// stamp is what became of the message's stamp as it arrived: the
+	// signature that goes with it to a parked copy, or why it was not
+	// taken (stampkey.go). Set once.
+	stamp stampNote
+
 	// redriven is set when the message came back from a dead-letter
 	// topic, republished with the attributes the service adds there
 	// (S12). Set once.
@@ -75,8 +82,12 @@ type job struct {
 	settled atomic.Bool // set by the one ack or nack (S11)
 }
 
-func newJob(ctx context.Context, m *pubsub.Message) *job {
-	return &job{msg: m, ctx: ctx, d: newDelivery(m), redriven: isRedriven(m.Attributes), size: int64(len(m.Data)), received: time.Now()}
+// newJob makes the job of m, whose stamp counts only if it verifies
+// against keys, when set (stampkey.go).
+func newJob(ctx context.Context, m *pubsub.Message, keys *ordering.StampKeys) *job {
+	j := &job{msg: m, ctx: ctx, redriven: isRedriven(m.Attributes), size: int64(len(m.Data)), received: time.Now()}
+	j.d, j.stamp = deliveryOf(m, keys)
+	return j
 }
 
 // deliveryAttempt is the service's count for the newest delivery, 0 when

@@ -220,6 +220,9 @@ func (p *parking) copyOf(j *job, park string, cause *parkCause) *publisher.Messa
 	// a store that applies it once (examples/inbox) must know it.
 	if j.d.Seq != 0 {
 		ordering.Stamp{Producer: j.d.Producer, Seq: j.d.Seq}.Put(headers)
+		if j.stamp.sig != "" { // for the release to verify it again (stampkey.go)
+			headers[ordering.SignatureAttribute] = j.stamp.sig
+		}
 	}
 	headers[AttrParkID] = park
 	headers[AttrMessageID] = j.d.ID

@@ -28,8 +28,12 @@ type recorder struct {
 	log *slog.Logger // with the subscription
 
 	deliveries metric.Int64Counter
-	duration   metric.Float64Histogram
-	gauges     metric.Registration // nil if registering failed
+	// unverifiedStamps counts stamps refused for their signature
+	// (stampkey.go), and unverifiedAs is its attribute set.
+	unverifiedStamps metric.Int64Counter
+	unverifiedAs     []metric.AddOption
+	duration         metric.Float64Histogram
+	gauges           metric.Registration // nil if registering failed
 
 	// The attribute sets, made once: a measurement costs no allocation.
 	settledAs    [numOutcomes][]metric.AddOption
@@ -40,6 +44,10 @@ type recorder struct {
 	// refusedLogged is when that was, in Unix ns (pushRefused).
 	refused       atomic.Int64
 	refusedLogged atomic.Int64
+
+	// unverifiedLog and gapLog space the Warns of refused stamps and of
+	// certain gaps per key and producer (loglimit.go).
+	unverifiedLog, gapLog *logLimit
 }
 
 // The instruments' names, their attributes, and the attributes' values.
@@ -47,6 +55,7 @@ const (
 	meterName = "github.com/keyorder/keyorder/subscriber"
 
 	metricDeliveries = "keyorder.subscriber.deliveries"
+	metricUnverified = "keyorder.subscriber.unverified_stamps"
 	metricDuration   = "keyorder.subscriber.handler.duration"
 	metricHeldKeys   = "keyorder.subscriber.held_keys"
 	metricQueued     = "keyorder.subscriber.queued"
@@ -84,7 +93,8 @@ func newRecorder(s *Subscription, look gaugeSource) *recorder {
 	if log == nil {
 		log = slog.Default() // resolved now, so that SetDefault before Receive counts
 	}
-	o := &recorder{log: log.With(slog.String("subscription", s.name))}
+	o := &recorder{log: log.With(slog.String("subscription", s.name)),
+		unverifiedLog: newLogLimit(time.Hour), gapLog: newLogLimit(time.Minute)}
 	m := telemetry.Meter(s.cfg.meterProvider, meterName)
 	var errs []error
 	check := func(err error) { errs = append(errs, err) }
@@ -92,6 +102,9 @@ func newRecorder(s *Subscription, look gaugeSource) *recorder {
 	var err error
 	o.deliveries, err = m.Int64Counter(metricDeliveries, metric.WithUnit("{delivery}"),
 		metric.WithDescription("Messages settled by Receive, by outcome; the deliveries of a message that arrived while it was here are settled with it, and counted once."))
+	check(err)
+	o.unverifiedStamps, err = m.Int64Counter(metricUnverified, metric.WithUnit("{delivery}"),
+		metric.WithDescription("Deliveries whose stamp's signature was missing or wrong (WithStampKey): run as unstamped."))
 	check(err)
 	o.duration, err = m.Float64Histogram(metricDuration, metric.WithUnit("s"),
 		metric.WithDescription("Duration of handler calls, by outcome."),
@@ -127,6 +140,9 @@ func newRecorder(s *Subscription, look gaugeSource) *recorder {
 		if o.duration == nil {
 			o.duration = noop.Float64Histogram{}
 		}
+		if o.unverifiedStamps == nil {
+			o.unverifiedStamps = noop.Int64Counter{}
+		}
 	}
 
 	settled := func(outcome, reason string) []metric.AddOption {
@@ -147,6 +163,7 @@ func newRecorder(s *Subscription, look gaugeSource) *recorder {
 	o.settledAs[outParked] = settled(outcomeParked, "")
 	o.settledAs[outRetried] = settled(outcomeNacked, "retry")
 	o.deadLettered = settled(outcomeDeadLettered, "failed")
+	o.unverifiedAs = []metric.AddOption{observed}
 	for i, c := range callOutcomes {
 		o.calledAs[i] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(sub, attribute.String(attrOutcome, c)))}
 	}
@@ -262,18 +279,46 @@ func (o *recorder) callbackPanicked(what string, v any, stack []byte) {
 
 // sequenceGap logs a jump in a producer's sequence numbers for a key:
 // first to last are missing. It is the one call the check of per-key
-// sequence numbers makes when it finds one: at Warn, or at Info when the
-// gap is uncertain (Gap.Uncertain), since a key that moved to another
-// client and back shows one on every rebalance.
+// sequence numbers makes when it finds one: at Warn, once a minute at
+// most per key and producer, with the count of those held back since (at
+// Debug); at Info when the gap is uncertain (Gap.Uncertain), since a key
+// that moved to another client and back shows one on every rebalance;
+// and at Debug when it is only the start of a sequence seen here after
+// its first number (sequenceStart), as every pair shows after a restart.
 func (o *recorder) sequenceGap(ctx context.Context, key, producer string, first, last uint64, uncertain bool) {
+	o.gap(ctx, key, producer, first, last, uncertain, false)
+}
+
+// sequenceStart logs, at Debug, the numbers before the first one this
+// Receive saw of a producer's sequence for a key: an uncertain gap.
+func (o *recorder) sequenceStart(ctx context.Context, key, producer string, first, last uint64) {
+	o.gap(ctx, key, producer, first, last, true, true)
+}
+
+func (o *recorder) gap(ctx context.Context, key, producer string, first, last uint64, uncertain, start bool) {
 	level := slog.LevelWarn
-	if uncertain {
+	var since int64
+	switch {
+	case start:
+		level = slog.LevelDebug
+	case uncertain:
 		level = slog.LevelInfo
+	default:
+		var ok bool
+		if ok, since = o.gapLog.allow(key, producer); !ok {
+			level = slog.LevelDebug
+		}
 	}
-	o.log.LogAttrs(ctx, level, "keyorder/subscriber: sequence gap",
-		slog.String("key", key), slog.String("producer", producer),
+	if !o.log.Enabled(ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{slog.String("key", key), slog.String("producer", producer),
 		slog.String("first_missing", ordering.FormatSeq(first)), slog.String("last_missing", ordering.FormatSeq(last)),
-		slog.Bool("uncertain", uncertain))
+		slog.Bool("uncertain", uncertain)}
+	if since > 0 {
+		attrs = append(attrs, slog.Int64("suppressed_since_last_warning", since))
+	}
+	o.log.LogAttrs(ctx, level, "keyorder/subscriber: sequence gap", attrs...)
 }
 
 // pushRefused logs a push request refused before the handler ran: a bad

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/keyorder/keyorder/internal/resource"
+	"github.com/keyorder/keyorder/ordering"
 )
 
 // Defaults of the options.
@@ -48,6 +49,7 @@ type config struct {
 	exactlyOnce    bool
 	seqWindow      int                  // sequence.go
 	anyOrder       bool                 // sequence.go: WithUnorderedRedelivery
+	stampKeys      *ordering.StampKeys  // stampkey.go: nil verifies nothing
 	onGap          func(Gap)            // sequence.go
 	quiet          time.Duration        // replay.go
 	meterProvider  metric.MeterProvider // nil: the global one, when Receive starts
@@ -399,7 +401,7 @@ const DefaultSequenceWindow = 10_000
 // key has processed already is a copy, acked without calling the handler,
 // even under a new message ID; a number past the next is a gap, reported
 // to [WithGapHandler]. The least recently active sequences are forgotten
-// first, so idle keys do not pile up; each costs about 150 bytes plus its
+// first, so idle keys do not pile up; each costs about 166 bytes plus its
 // key and producer ID. A sequence forgotten and seen again starts over:
 // a copy of a message processed before it was forgotten runs again,
 // unless its ID is still in [WithDedupWindow]'s window. The default is
@@ -451,9 +453,11 @@ func WithUnorderedRedelivery() Option {
 // messages, if republished, got new numbers), were dead-lettered, or went
 // to another client of the subscription: with several clients, a key that
 // moves between them shows here the numbers the others processed. Such a
-// gap, seen after the key had nothing here for a while, is uncertain
-// ([Gap.Uncertain]): logged at Info and counted in [Stats.UncertainGaps]
-// rather than [Stats.Gaps].
+// gap, seen after the key had nothing here, is uncertain ([Gap.Uncertain]):
+// logged at Info and counted in [Stats.UncertainGaps] rather than
+// [Stats.Gaps]. A certain gap is logged at Warn once a minute at most per
+// key and producer. With several clients, the authority on what is
+// missing is a store they share (package inbox), not these counts.
 func WithGapHandler(f func(Gap)) Option {
 	return func(c *config) error {
 		c.onGap = f

@@ -411,6 +411,7 @@ func (rr *releaseRun) heartbeat() (lost <-chan error, stop func()) {
 // on every door, and the release goes on.
 func (rr *releaseRun) runOne(ctx context.Context, id string, m *pubsub.Message) error {
 	j := &job{ctx: ctx, d: releasedDelivery(rr.key, id, m), redriven: isRedriven(m.Attributes)}
+	rr.p.r.checkReleased(j, m)
 	for {
 		called := make(chan struct{})
 		go func() {

@@ -37,8 +37,10 @@ import (
 //
 // The answer waits for the handler, so the subscription's ack deadline
 // bounds a call; one that outlasts it is cancelled by the service and sent
-// again. RetryAfter's delay is not kept: the service's retry policy spaces
-// the pushes of a failed message. Attempts are counted per endpoint
+// again. The service's retry policy spaces the pushes of a failed message;
+// a [RetryAfter]'s delay is kept within the request, up to 8 s in all, and
+// on the delivery a dead-letter policy would forward, as long as the
+// request lasts (push_wait.go). Attempts are counted per endpoint
 // process: a message pushed again to another instance starts its count
 // afresh there, so WithMaxAttempts bounds the calls per instance; the
 // service's own count, with a dead-letter policy, is
@@ -236,7 +238,7 @@ func (e *pushEndpoint) run(req *http.Request, m *pubsub.Message) (outcome, *park
 		defer done()
 	}
 	r.s.counts.received.Add(1)
-	j := newJob(ctx, m)
+	j := r.arrived(ctx, m)
 	j.d.DeliveryAttempt = j.deliveryAttempt()
 	j.retriesByNack = true // S5: the service's backoff spaces the retries
 	if p != nil && j.d.Key != "" {
@@ -248,7 +250,7 @@ func (e *pushEndpoint) run(req *http.Request, m *pubsub.Message) (outcome, *park
 			return e.parked(j), nil, nil
 		}
 	}
-	v := e.call(ctx, j)
+	v := e.callWaiting(ctx, j) // push_wait.go: a RetryAfter's delay is kept
 	if v.kind == parkKey {
 		parked, cause, err := p.parkPush(ctx, j, v.err)
 		if parked {

@@ -206,7 +206,7 @@ const maxPoolQueue = 1 << 20
 // official client's flow control, and with it every other key.
 func (r *receiver) deliver(ctx context.Context, m *pubsub.Message) {
 	r.s.counts.received.Add(1)
-	j := newJob(ctx, m)
+	j := r.arrived(ctx, m)
 	if r.processedBefore(m.ID) {
 		// S6: processed already; acking again runs nothing. The call path
 		// checks again before the call; this spares the delivery a turn.

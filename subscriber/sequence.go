@@ -36,10 +36,25 @@ import (
 //     service will deliver it again); the failed ack of a copy, skipped
 //     unrun, makes nothing owed.
 //
-// The first stamp of a (key, producer) seen in a Receive starts its
-// sequence: nothing is reported missing before it, and a number below it is
-// taken for a copy of a message processed before this Receive, unless it
-// was redriven ([DeadLetterSourceAttribute]): then it runs, once.
+// The first stamp of a (key, producer) seen in a Receive is where the
+// sequence starts here, not where the producer started it: a first number
+// above 1 of its epoch follows numbers never seen here, counted as an
+// uncertain gap (Stats.UncertainGaps, logged at Debug, not told to
+// WithGapHandler, which hears of the numbers missing between two this
+// Receive saw). A number below it is taken for a copy only where the
+// service's order proves it one: it resends a key's tail in order, so a
+// lower number that comes later was stored later. A redriven one
+// ([DeadLetterSourceAttribute]) runs, once; on a server that redelivers out
+// of order ([WithUnorderedRedelivery]) every one runs, and only what this
+// Receive recorded run is a copy. The same holds below the latest epoch
+// begun here, whose predecessor's end was never seen.
+//
+// A gap is certain only when the key's earlier message was still here
+// when the one after the gap arrived: the service moves a key between
+// clients only when none of its messages is outstanding, so a key that had
+// nothing here, however briefly, may have been on another client, and its
+// numbers processed there. Such a gap, and any on a server that
+// redelivers out of order, where the numbers may still come, is uncertain.
 //
 // A producer that counts a key afresh starts a new epoch of its numbers
 // (see [ordering.Stamp], Epochs), whose numbers are all above the old
@@ -96,11 +111,14 @@ type Gap struct {
 	Seq       uint64
 	// Uncertain is set when the key may have been on another client of
 	// the subscription while the numbers went missing: it had nothing
-	// here, and had been quiet here for a second or more, when the message
-	// after the gap arrived. The service moves a key between clients only
-	// when none of its messages is outstanding, so a gap seen while the
-	// key stayed here is certain; one after a pause may be the numbers
-	// another client processed, which this process cannot know (S12).
+	// here when the message after the gap arrived, or its sequence was new
+	// to the window. The service moves a key between clients only when
+	// none of its messages is outstanding, so a gap seen while the key
+	// stayed here is certain; one after any absence, however short, may be
+	// the numbers another client processed, which this process cannot
+	// know (S12). On a server that redelivers out of order
+	// ([WithUnorderedRedelivery]) every gap is uncertain: the numbers may
+	// still come.
 	Uncertain bool
 }
 
@@ -132,7 +150,7 @@ func (r *receiver) checkSequence(j *job, now time.Time) (bool, *Gap) {
 		return false, nil
 	}
 	d := &j.d
-	res := r.seqs.Check(d.Key, ordering.Stamp{Producer: d.Producer, Seq: d.Seq}, d.ID, j.redriven, now)
+	res, first := r.seqs.CheckFirst(d.Key, ordering.Stamp{Producer: d.Producer, Seq: d.Seq}, d.ID, j.redriven, now)
 	ctx := handlerContext{Context: j.ctx, life: r.handlerCtx}
 	if res.Copy && r.cfg.dedupWindow > 0 {
 		r.s.counts.duplicates.Add(1)
@@ -143,28 +161,49 @@ func (r *receiver) checkSequence(j *job, now time.Time) (bool, *Gap) {
 		r.s.counts.rerun.Add(1)
 		r.obs.sequenceRerun(ctx, d.Key, d.Producer, d.Seq, d.ID)
 	}
+	start := first && res.GapFrom == 0 && startsLate(d.Seq)
+	if start {
+		// Silence is no start: numbers before this one were never seen
+		// here, and the producer began at 1.
+		epoch, _ := ordering.SplitSeq(d.Seq)
+		res.GapFrom, res.GapTo = ordering.MakeSeq(epoch, 1), d.Seq-1
+	}
 	if res.GapFrom == 0 {
 		return false, nil
 	}
 	g := &Gap{Key: d.Key, Producer: d.Producer, From: res.GapFrom, To: res.GapTo, MessageID: d.ID, Seq: d.Seq}
-	// Only a key that had nothing here could have been on another client
-	// meanwhile (the service moves a key only when none of its messages
-	// is outstanding), and only after a pause: a gap then may be the
-	// numbers another client processed.
-	g.Uncertain = j.fresh && res.Idle >= gapQuiet
+	// A gap is certain only where this process held the key's earlier
+	// messages: the service moves a key only when none of its messages
+	// is outstanding, so a key that had nothing here may have been on
+	// another client, however briefly, and its numbers processed there.
+	// A pair new to the window has no earlier messages here; and on a
+	// server that redelivers out of order the numbers may still come.
+	g.Uncertain = first || j.fresh || r.anyOrder
 	if g.Uncertain {
 		r.s.counts.uncertainGaps.Add(1)
 	} else {
 		r.s.counts.gaps.Add(1)
 	}
+	if start {
+		// Counted and logged, not told: WithGapHandler hears of numbers
+		// missing between two this Receive saw.
+		r.obs.sequenceStart(ctx, d.Key, d.Producer, res.GapFrom, res.GapTo)
+		return false, nil
+	}
 	r.obs.sequenceGap(ctx, d.Key, d.Producer, res.GapFrom, res.GapTo, g.Uncertain)
 	return false, g
 }
 
-// gapQuiet is how long a key must have been quiet here, and had nothing
-// here, for a gap before its next message to be uncertain: it may have
-// been on another client of the subscription meanwhile. Only a test
-// changes it (SetGapQuiet).
+// startsLate reports whether seq is above the first number of its epoch.
+func startsLate(seq uint64) bool {
+	_, n := ordering.SplitSeq(seq)
+	return n > 1
+}
+
+// gapQuiet was how long a key had to be quiet here for a gap before its
+// next message to be uncertain; any absence now makes it so, since a key
+// may move to another client and back within a second. Only a test sets
+// it (SetGapQuiet); nothing reads it.
 var gapQuiet = time.Second
 
 // processedStamp records j's stamp as processed, before j is acked, so

@@ -152,9 +152,11 @@ func TestGapReported(t *testing.T) {
 	assert.Equal(t, []string{"p-1/acct/1#1", "p-1/acct/2#2", "p-1/acct/3#3", "p-1/acct/6#6", "p-1/acct/7#7"}, got)
 	require.Len(t, gaps, 1)
 	g := gaps[0]
-	assert.Equal(t, subscriber.Gap{Key: "acct", Producer: "p-1", From: 4, To: 5, MessageID: g.MessageID, Seq: 6}, g)
+	// Certain only if acct/6 arrived while acct/3 was still here: a key
+	// with nothing here may have been on another client (S12).
+	assert.Equal(t, subscriber.Gap{Key: "acct", Producer: "p-1", From: 4, To: 5, MessageID: g.MessageID, Seq: 6, Uncertain: g.Uncertain}, g)
 	assert.NotEmpty(t, g.MessageID)
-	assert.EqualValues(t, 1, e.sub.Stats().Gaps)
+	assert.EqualValues(t, 1, e.sub.Stats().Gaps+e.sub.Stats().UncertainGaps)
 	assert.Equal(t, 1, strings.Count(logs.String(), "sequence gap"), "the gap is logged once: %s", logs.String())
 	assert.Contains(t, logs.String(), "first_missing=0.4 last_missing=0.5")
 }
@@ -370,7 +372,7 @@ func TestGapHandlerExits(t *testing.T) {
 	assert.Zero(t, stats.Retried, "the exit cost k/3 no attempt")
 	assert.Zero(t, stats.Failed, "nor failed it")
 	assert.EqualValues(t, 2, stats.Acked)
-	assert.EqualValues(t, 1, stats.Gaps)
+	assert.EqualValues(t, 1, stats.Gaps+stats.UncertainGaps)
 }
 
 // TestUncertainGaps: a gap before a message that arrived while its key had

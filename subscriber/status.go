@@ -143,12 +143,19 @@ type Stats struct {
 	// Gaps counts the gaps in producers' sequences reported to
 	// [WithGapHandler] that are certain, and UncertainGaps those that are
 	// not: seen after the key had been away, perhaps on another client
-	// ([Gap.Uncertain]).
+	// ([Gap.Uncertain]), and the numbers before the first one a Receive
+	// saw of a sequence, when that is above 1 of its epoch. They are this
+	// process's view; with several clients, a store they share (package
+	// inbox) is the authority on what is missing.
 	Gaps, UncertainGaps int64
 	// Rerun counts stamped messages run though they may have run before:
 	// a bound of [WithSequenceWindow] was reached, and what the window
 	// forgot runs again rather than being taken for a copy (S12).
 	Rerun int64
+	// Unverified counts deliveries whose stamp's signature was missing or
+	// wrong, with [WithStampKey]: they ran as unstamped messages, never
+	// taken for copies (stampkey.go).
+	Unverified int64
 	// Parked counts messages moved to the parking topic and acked
 	// ([WithParking]), and Released the parked messages run by
 	// [Subscription.Release].
@@ -196,6 +203,7 @@ type counters struct {
 	settled                                            [numOutcomes]atomic.Int64 // by outcome (receive.go)
 	received, retried, failed, deadLettered, ackFailed atomic.Int64
 	duplicates, gaps, uncertainGaps, rerun             atomic.Int64 // sequence.go
+	unverified                                         atomic.Int64 // stampkey.go
 	parked, released                                   atomic.Int64 // park.go
 }
 
@@ -226,6 +234,7 @@ func (s *Subscription) Stats() Stats {
 		Gaps:           c.gaps.Load(),
 		UncertainGaps:  c.uncertainGaps.Load(),
 		Rerun:          c.rerun.Load(),
+		Unverified:     c.unverified.Load(),
 		Parked:         c.parked.Load(),
 		Released:       c.released.Load(),
 	}

@@ -1,5 +1,3 @@
-//go:build stampkey
-
 package inbox_test
 
 import (

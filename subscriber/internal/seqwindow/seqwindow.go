@@ -106,6 +106,12 @@ type entry struct {
 	// the highest processed, edge the highest processed or reported
 	// missing, so that a gap is reported once.
 	from, done, edge uint64
+	// epoch is the first number of the latest epoch begun after from, 0
+	// if none: the older epochs' ends were never seen here, so below it,
+	// as below from, a redriven number, or any on a server that
+	// redelivers out of order, is a copy only if recorded (below).
+	// oldDone is the highest number processed below epoch.
+	epoch, oldDone uint64
 	// owed are the runs of numbers at or below edge that are to run when
 	// they come, ordered by number, at most MaxRuns.
 	owed []run
@@ -141,35 +147,55 @@ func (r run) holds(n uint64) bool { return r.first <= n && n <= r.last }
 // came back from a dead-letter topic. A gap it reports is owed from then
 // on.
 func (w *Window) Check(key string, st ordering.Stamp, id string, redriven bool, now time.Time) Result {
+	res, _ := w.CheckFirst(key, st, id, redriven, now)
+	return res
+}
+
+// CheckFirst is Check, and also reports whether the pair was new to the
+// window: nothing is known of its numbers before st.Seq, which is where
+// it starts here, not where its producer started it. A first number
+// above 1 of its epoch follows numbers this window never saw.
+func (w *Window) CheckFirst(key string, st ordering.Stamp, id string, redriven bool, now time.Time) (res Result, first bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	e := w.touch(pair{key, st.Producer}, st.Seq)
 	n := st.Seq
-	var res Result
 	if !e.seen.IsZero() {
 		res.Idle = now.Sub(e.seen)
+	} else {
+		first = true
 	}
 	e.seen = now
 	switch owed := find(e.owed, n); {
 	case owed >= 0 && e.owed[owed].id != "" && e.owed[owed].id != id:
-		return e.copied() // owed to the message itself, not to a copy of it
+		return e.copied(), false // owed to the message itself, not to a copy of it
 	case owed >= 0:
 		res.Uncertain = e.owed[owed].unsure
 	case n < e.from && (redriven || e.unsure):
 		if i := find(e.below, n); i >= 0 {
-			return e.copied()
+			return e.copied(), false
 		}
 		res.Uncertain = e.unsure || e.lostBelow
+	case n < e.epoch && (redriven || e.unsure):
+		// An older epoch than the one running: its end was never seen
+		// here, so its numbers are no copies unless recorded.
+		if i := find(e.below, n); i >= 0 {
+			return e.copied(), false
+		}
+		res.Uncertain = n <= e.oldDone || e.unsure || e.lostBelow
 	case n <= e.done:
-		return e.copied()
+		return e.copied(), false
 	}
 	e.copying = false
+	if last := max(e.done, e.edge); n > last+1 && expected(last, n) > last+1 {
+		e.epoch, e.oldDone = expected(last, n), max(e.oldDone, e.done)
+	}
 	if from := expected(max(e.done, e.edge), n); n > from {
 		res.GapFrom, res.GapTo = from, n-1
 		e.owe(run{first: from, last: n - 1})
 	}
 	e.edge = max(e.edge, n-1)
-	return res
+	return res, first
 }
 
 func (e *entry) copied() Result {
@@ -196,7 +222,7 @@ func (w *Window) Done(key string, st ordering.Stamp, now time.Time) {
 	e.seen = now
 	n := st.Seq
 	e.paid(n)
-	if n < e.from && find(e.below, n) < 0 {
+	if n < max(e.from, e.epoch) && find(e.below, n) < 0 {
 		var lost bool
 		e.below, lost = addRun(e.below, n)
 		e.lostBelow = e.lostBelow || lost

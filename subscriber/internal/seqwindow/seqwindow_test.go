@@ -384,3 +384,64 @@ func TestIdle(t *testing.T) {
 	w.Done("k", stamp(1), t0.Add(time.Second))
 	assert.Equal(t, 4*time.Second, w.Check("k", stamp(2), idOf(2), false, t0.Add(5*time.Second)).Idle)
 }
+
+// TestCheckFirst: CheckFirst tells the call path when a pair is new to the
+// window, and only then.
+func TestCheckFirst(t *testing.T) {
+	t.Parallel()
+	w := New(1)
+	_, first := w.CheckFirst("k", stamp(5), idOf(5), false, t0)
+	assert.True(t, first, "new")
+	w.Done("k", stamp(5), t0)
+	_, first = w.CheckFirst("k", stamp(6), idOf(6), false, t0)
+	assert.False(t, first, "seen")
+	w.Done("k", stamp(6), t0)
+	_, first = w.CheckFirst("other", stamp(1), idOf(1), false, t0)
+	assert.True(t, first, "new, taking k's place")
+	_, first = w.CheckFirst("k", stamp(7), idOf(7), false, t0)
+	assert.True(t, first, "forgotten, so new again")
+}
+
+// TestOlderEpochBelowTheLatest: once a later epoch has begun, the old
+// epoch's numbers past the last processed were never seen here. On the
+// service, whose order puts them before the new epoch, they are copies;
+// redriven, or on a server that redelivers out of order, they run, once,
+// and what ran before stays a copy of what it ran.
+func TestOlderEpochBelowTheLatest(t *testing.T) {
+	t.Parallel()
+	seq := ordering.MakeSeq
+	for _, tc := range []struct {
+		name     string
+		anyOrder bool
+		redriven bool
+		runs     bool
+	}{
+		{"service order", false, false, false},
+		{"redriven", false, true, true},
+		{"out of order", true, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			w := New(10)
+			if tc.anyOrder {
+				w.AnyOrder()
+			}
+			for _, n := range []uint64{seq(3, 1), seq(3, 2), seq(4, 1), seq(4, 2)} {
+				res := w.Check("k", stamp(n), idOf(n), false, t0)
+				require.False(t, res.Copy, "%s", ordering.FormatSeq(n))
+				w.Done("k", stamp(n), t0)
+			}
+			res := w.Check("k", stamp(seq(3, 3)), idOf(seq(3, 3)), tc.redriven, t0)
+			assert.Equal(t, !tc.runs, res.Copy, "3.3, never seen here")
+			if tc.runs {
+				// Past 3.2, the last processed of its epoch, so certainly
+				// never run here; out of order, the window counts every
+				// number below what it knows as a possible rerun.
+				assert.Equal(t, tc.anyOrder, res.Uncertain)
+				w.Done("k", stamp(seq(3, 3)), t0)
+				res = w.Check("k", stamp(seq(3, 3)), idOf(seq(3, 3)), tc.redriven, t0)
+				assert.True(t, res.Copy, "3.3 again, once it ran")
+			}
+		})
+	}
+}
