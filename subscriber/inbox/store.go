@@ -43,7 +43,7 @@ func (d Dialect) String() string {
 // day. wait_seq above last_seq says a gap's wait is open: wait_seq is the
 // number of the message that began it, and wait_since, in Unix
 // milliseconds, when (the row's one clock, gapped). The row of key and
-// producer '' holds when the table was made (qMade).
+// producer ” holds when the table was made (qMade).
 const schema = `
 CREATE TABLE IF NOT EXISTS {t} (
 	key        TEXT   NOT NULL,
