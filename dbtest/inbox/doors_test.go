@@ -27,8 +27,8 @@ type swappable struct{ h atomic.Pointer[http.Handler] }
 func (s *swappable) ServeHTTP(w http.ResponseWriter, r *http.Request) { (*s.h.Load()).ServeHTTP(w, r) }
 func (s *swappable) set(h http.Handler)                               { s.h.Store(&h) }
 
-// TestPushDoor: behind a push endpoint, a message after a gap is answered
-// 500 while it waits, then applied, and the gap reported; the missing
+// TestPushDoor: behind a push endpoint, a message after a gap waits,
+// within its request, then is applied, and the gap reported; the missing
 // number applies late, once; a replica that takes the endpoint over with
 // no memory acks the copies it is pushed.
 func TestPushDoor(t *testing.T) {
@@ -58,7 +58,6 @@ func TestPushDoor(t *testing.T) {
 		require.NoError(t, srv.WaitFor(ctx, func() bool { return len(seen.all()) == 1 }), "the gap is reported once committed")
 		assert.Equal(t, uint64(2), seen.all()[0].From)
 		assert.Positive(t, ib.Stats().GapWaits)
-		assert.Positive(t, srv.Stats(first.Name()).Nacked, "the wait was answered 500")
 		publishStamped(t, client, first.Topic(), stamped{key: "k", n: 2})
 		waitApplied(t, srv, one, 3)
 		require.NoError(t, first.Close(ctx))

@@ -42,8 +42,8 @@ func (d Dialect) String() string {
 // index on it would be written with every message, for a scan made once a
 // day. wait_seq above last_seq says a gap's wait is open: wait_seq is the
 // number of the message that began it, and wait_since, in Unix
-// milliseconds, when (the row's one clock, gapped). The row of key and
-// producer '' holds when the table was made (qMade).
+// milliseconds, when (the row's one clock, gapped). The row whose key and
+// producer are empty holds when the table was made (qMade).
 const schema = `
 CREATE TABLE IF NOT EXISTS {t} (
 	key        TEXT   NOT NULL,
