@@ -11,6 +11,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	"github.com/stretchr/testify/require"
 
+	"github.com/keyorder/keyorder/dbtest/pgtest"
 	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/publisher/outbox"
@@ -39,11 +40,12 @@ const benchKeys = 50
 
 func benchRelay(b *testing.B, k dbKind, lat time.Duration, events, keys int) {
 	ctx := context.Background()
-	db := k.open(b)
+	dsn := k.dsn(b)
+	db := k.openDSN(b, dsn)
 	ob, err := outbox.New(ctx, db, k.dialect)
 	require.NoError(b, err)
 	e := newEnv(b, orderingtest.WithLatency(lat))
-	r, err := outbox.NewRelay(ob, e.publisher(b), benchRelayOptions(b, k, db)...)
+	r, err := outbox.NewRelay(ob, e.publisher(b), relayOptions(k, dsn)...)
 	require.NoError(b, err)
 	runRelay(b, r)
 	direct := e.client.Publisher(e.topic)
@@ -148,7 +150,12 @@ func BenchmarkAdd(b *testing.B) {
 	}
 }
 
-// benchRelayOptions are the relay's options in the benchmarks.
-func benchRelayOptions(b *testing.B, k dbKind, db *sql.DB) []outbox.RelayOption {
-	return []outbox.RelayOption{outbox.WithLogger(quiet), outbox.WithPollInterval(5 * time.Millisecond)}
+// relayOptions are a relay's default options, and on PostgreSQL a
+// listener, which wakes it at the commits of other processes.
+func relayOptions(k dbKind, dsn string, opts ...outbox.RelayOption) []outbox.RelayOption {
+	opts = append(opts, outbox.WithLogger(quiet))
+	if k.dialect == outbox.PostgreSQL {
+		opts = append(opts, outbox.WithListener(pgtest.Listener(dsn)))
+	}
+	return opts
 }

@@ -66,9 +66,11 @@ func (ru *run) leaseRound(ctx context.Context) {
 	for _, s := range free {
 		ru.seenFree[s] = true
 	}
+	over := 0
 	if len(free) == 0 {
-		ru.shed(ctx, len(ru.owned)-share)
+		over = len(ru.owned) - share
 	}
+	ru.shed(ctx, over) // with free shards, leaves none: a relay coming takes those
 	ru.take(ctx, now, want)
 	if ru.count(ctx) > 0 {
 		ru.repair(ctx)

@@ -106,7 +106,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	// After a wake from Add, whose transaction commits later, the relay
-	// looks again 1, 2, 4... ms later, up to the poll interval.
+	// looks 1, 2, 4... ms later, until it finds something to publish or
+	// the poll interval is near; soonStep is 0 when no look is due.
 	soon, soonStep := time.NewTimer(time.Hour), time.Duration(0)
 	soon.Stop()
 	defer soon.Stop()
@@ -137,11 +138,16 @@ func (r *Relay) Run(ctx context.Context) error {
 			ru.read(ctx)
 			poll.Reset(r.cfg.poll)
 		case <-hint:
-			soonStep = time.Millisecond
-			soon.Reset(soonStep)
+			if soonStep == 0 { // else a look is due already
+				soonStep = time.Millisecond
+				soon.Reset(soonStep)
+			}
 		case <-soon.C:
-			ru.read(ctx)
-			if soonStep *= 2; soonStep < r.cfg.poll {
+			// Until the look finds the commit, or gives up to the poll.
+			if ru.read(ctx) || 2*soonStep >= r.cfg.poll {
+				soonStep = 0
+			} else {
+				soonStep *= 2
 				soon.Reset(soonStep)
 			}
 		case _, ok := <-lis.ch:

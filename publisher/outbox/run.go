@@ -99,6 +99,7 @@ type failure struct {
 	count int       // failures in a row
 	until time.Time // the key is not sent again before
 	gen   int       // the chain whose failure was counted last
+	next  int64     // set aside: the number the key's next run starts with; 0 for any
 }
 
 func newRun(r *Relay) *run {
@@ -297,32 +298,43 @@ func (ru *run) runOfKey(rows []row, now time.Time) []row {
 		return nil
 	}
 	next := int64(0) // the number the run must start with; 0: any
-	if c, busy := ru.keys[key]; busy {
+	c, busy := ru.keys[key]
+	if busy {
 		if c.failed {
 			ru.again(key)
 			return nil
 		}
 		next = c.next
+	} else if a, ok := ru.aside[key]; ok {
+		next = a.next // the number after the last one published
 	}
 	// In flight already: read again from a fresh shard or a due key.
 	for len(rows) > 0 && rows[0].bad == "" && next > 0 && rows[0].seq < next {
 		rows = rows[1:]
 	}
-	n := 0
-	for n < len(rows) && rows[n].bad == "" && rows[n].shard == shard && (n == 0 || rows[n].seq > rows[n-1].seq) {
-		n++
+	if len(rows) == 0 {
+		return nil
 	}
-	if n < len(rows) {
-		ru.setAside(key, rows[n], now)
-	} else if _, ok := ru.aside[key]; ok {
-		delete(ru.aside, key) // read clean again
-	}
-	if n > 0 && next > 0 && rows[0].seq != next {
+	if busy && rows[0].bad == "" && rows[0].seq != next {
 		// Numbers between the chain and this run are marked sent, but not
 		// by this chain: read the key whole once its chain settles.
 		ru.resume[key] = true
 		ru.again(key)
 		return nil
+	}
+	n := 0
+	for n < len(rows) && rows[n].bad == "" && rows[n].shard == shard &&
+		(n > 0 && rows[n].seq == rows[n-1].seq+1 || n == 0 && (next == 0 || rows[0].seq == next)) {
+		n++
+	}
+	if n < len(rows) {
+		after := next
+		if n > 0 {
+			after = rows[n-1].seq + 1
+		}
+		ru.setAside(key, rows[n], after, now)
+	} else {
+		delete(ru.aside, key) // read clean again
 	}
 	return rows[:n]
 }
@@ -344,15 +356,16 @@ func (ru *run) again(key string) {
 
 // setAside sets key aside for its bad row r, with a backoff, logging the
 // first of an episode.
-func (ru *run) setAside(key string, r row, now time.Time) {
+func (ru *run) setAside(key string, r row, next int64, now time.Time) {
 	a, was := ru.aside[key]
+	a.next = next
 	a.count++
 	a.until = now.Add(backoff(a.count))
 	ru.aside[key] = a
 	if !was {
 		why := r.bad
-		if why == "" {
-			why = "shard " + strconv.Itoa(r.shard) + " is not the key's"
+		if why == "" { // the one before it is not in the table
+			why = "number " + strconv.FormatInt(max(next, r.seq-1), 10) + " is missing"
 		}
 		ru.r.rec.badRow(key, r.rawSeq, why)
 	}
