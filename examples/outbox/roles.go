@@ -95,7 +95,7 @@ func retryBusy(ctx context.Context, f func() error) error {
 }
 
 // relay is a relay process: it publishes the outbox until ctx ends.
-func relay(ctx context.Context, addr, topic string, ob *outbox.Outbox) error {
+func relay(ctx context.Context, addr, topic string, ob *outbox.Outbox, opts ...outbox.RelayOption) error {
 	client, err := harness.ConnectProject(ctx, addr, harness.ExampleProject())
 	if err != nil {
 		return err
@@ -108,7 +108,7 @@ func relay(ctx context.Context, addr, topic string, ob *outbox.Outbox) error {
 		return err
 	}
 	defer func() { _ = pub.Close(context.WithoutCancel(ctx)) }()
-	r, err := outbox.NewRelay(ob, pub, relayOptions()...)
+	r, err := outbox.NewRelay(ob, pub, append(relayOptions(), opts...)...)
 	if err != nil {
 		return err
 	}

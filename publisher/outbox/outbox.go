@@ -289,10 +289,13 @@ func (o *Outbox) Shards() int { return o.shards }
 // auto-increment ID can. Writers of different keys do not wait for each
 // other, except as the database serialises writers anyway (SQLite).
 //
-// Bad input is refused before anything is written, with a typed error:
-// [ErrNilTx], [ErrNoKey], or the [*publisher.ValidationError] that
-// [publisher.Publisher.Publish] would return for msg with key and a stamp
-// (P6, [publisher.Check]): a key the service refuses, a stamp header, an
+// Bad input is refused before any statement, with a typed error, and tx
+// stays as it was: [ErrNilTx], [ErrNoKey], a [*publisher.ValidationError]
+// matching [ErrKeyNUL] for a key with a NUL byte, which neither database
+// stores, or the [*publisher.ValidationError] that
+// [publisher.Publisher.Publish] would return for msg with key, a stamp and
+// its signature ([WithStampKey], [ordering.SignatureSize]) (P6,
+// [publisher.Check]): a key the service refuses, a stamp header, an
 // attribute or a size over the limits. Add returns a [*DBError] if the
 // database refuses a statement; the caller should then roll tx back.
 // msg's [ordering.Header] header, if any, is ignored: key is the key.
