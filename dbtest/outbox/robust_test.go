@@ -13,6 +13,7 @@ import (
 
 	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/ordering"
+	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/publisher/outbox"
 )
@@ -294,5 +295,37 @@ func TestRelayWakesOnCommit(t *testing.T) {
 			waitFor(t, e, "the event", func() bool { return len(e.srv.Messages(e.topic)) == i+1 })
 			assert.Less(t, time.Since(start), 5*time.Second, "woken, not polled")
 		}
+	})
+}
+
+// TestNextEventsGoBehindThoseInFlight holds a key's first publish at the
+// server: events of the key committed meanwhile are read, marked and
+// handed to the publisher behind it at once, not after its result, a
+// delete and another read. Once released, every event reaches the topic
+// in order.
+func TestNextEventsGoBehindThoseInFlight(t *testing.T) {
+	t.Parallel()
+	eachDB(t, func(t *testing.T, k dbKind) {
+		t.Parallel()
+		ctx := harness.Context(t, testTimeout)
+		db, e := k.open(t), newEnv(t)
+		ob := newOutbox(t, ctx, db, k)
+		hold := e.srv.HoldPublish(orderingtest.Key("a"))
+		r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLogger(quiet))
+		require.NoError(t, err)
+		runRelay(t, r)
+		add(t, ctx, db, ob, "a", "a1", "a2")
+		require.NoError(t, hold.Wait(ctx, 1))
+		add(t, ctx, db, ob, "a", "a3", "a4")
+		waitFor(t, e, "a3 and a4 sent behind a1 and a2", func() bool {
+			var n int
+			require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM keyorder_outbox WHERE key = 'a' AND sent > 0`).Scan(&n))
+			return n == 4
+		})
+		assert.Zero(t, r.Stats().Published, "a1 is still held")
+		hold.Remove()
+		waitFor(t, e, "the outbox to empty", func() bool { return pending(t, db) == 0 })
+		assert.Equal(t, map[string][]string{"a": {"a1", "a2", "a3", "a4"}}, e.view(t, ob.Producer()).firsts)
+		assert.Zero(t, r.Stats().Resent)
 	})
 }
