@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2"
 	"github.com/stretchr/testify/require"
 
+	"github.com/keyorder/keyorder/dbtest/pgtest"
 	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/publisher/outbox"
@@ -17,44 +19,46 @@ import (
 
 // BenchmarkRelayThroughput measures a relay's throughput, in events per
 // second from the commit of a backlog to its last event taken by the
-// service, beside keyorder's publisher alone publishing the same events
-// (same keys, same data) and waiting for their results, on the same fake
-// server, in alternating rounds of one run. Each iteration is one round
-// of each; the metrics are the medians over the rounds, and the median of
-// the rounds' ratios.
+// service, beside direct publishing: the official client, ordering on,
+// publishing the same events (same keys, same data) and waiting for their
+// results, as a service that publishes right after its commit would, on
+// the same fake server, in alternating rounds of one run. Each iteration
+// is one round of each; the metrics are the medians over the rounds, and
+// the median of the rounds' ratios.
 func BenchmarkRelayThroughput(b *testing.B) {
-	for _, lat := range []time.Duration{0, 5 * time.Millisecond} {
-		for _, k := range kinds {
-			b.Run(fmt.Sprintf("%s/latency=%v", k.name, lat), func(b *testing.B) { benchRelay(b, k, lat) })
+	for _, lat := range []time.Duration{0, 25 * time.Millisecond} {
+		for _, shape := range [][2]int{{2000, 50}, {2000, 1000}, {10_000, 50}} {
+			for _, k := range kinds {
+				name := fmt.Sprintf("%s/%dx%d/latency=%v", k.name, shape[0], shape[1], lat)
+				b.Run(name, func(b *testing.B) { benchRelay(b, k, lat, shape[0], shape[1]) })
+			}
 		}
 	}
 }
 
-const (
-	benchEvents = 2000
-	benchKeys   = 50
-)
+const benchKeys = 50
 
-func benchRelay(b *testing.B, k dbKind, lat time.Duration) {
+func benchRelay(b *testing.B, k dbKind, lat time.Duration, events, keys int) {
 	ctx := context.Background()
-	db := k.open(b)
+	dsn := k.dsn(b)
+	db := k.openDSN(b, dsn)
 	ob, err := outbox.New(ctx, db, k.dialect)
 	require.NoError(b, err)
 	e := newEnv(b, orderingtest.WithLatency(lat))
-	r, err := outbox.NewRelay(ob, e.publisher(b), outbox.WithLogger(quiet), outbox.WithPollInterval(5*time.Millisecond))
+	r, err := outbox.NewRelay(ob, e.publisher(b), relayOptions(k, dsn)...)
 	require.NoError(b, err)
 	runRelay(b, r)
-	alone, err := publisher.New(e.client, e.topic, publisher.WithLogger(quiet))
-	require.NoError(b, err)
-	b.Cleanup(func() { _ = alone.Close(ctx) })
-	msgs := make([]*publisher.Message, benchEvents)
+	direct := e.client.Publisher(e.topic)
+	direct.EnableMessageOrdering = true
+	b.Cleanup(direct.Stop)
+	msgs := make([]*publisher.Message, events)
 	for i := range msgs {
 		msgs[i] = &publisher.Message{Data: fmt.Appendf(nil, "event %d, some bytes of payload to carry", i)}
 	}
-	key := func(i int) string { return fmt.Sprintf("key-%d", i%benchKeys) }
+	key := func(i int) string { return fmt.Sprintf("key-%d", i%keys) }
 
 	relayRound := func() time.Duration {
-		target := r.Stats().Published + benchEvents
+		target := r.Stats().Published + int64(events)
 		tx, err := db.BeginTx(ctx, nil)
 		require.NoError(b, err)
 		for i, m := range msgs {
@@ -67,11 +71,11 @@ func benchRelay(b *testing.B, k dbKind, lat time.Duration) {
 		}
 		return time.Since(start)
 	}
-	aloneRound := func() time.Duration {
+	directRound := func() time.Duration {
 		start := time.Now()
-		rs := make([]*publisher.Result, len(msgs))
+		rs := make([]*pubsub.PublishResult, len(msgs))
 		for i, m := range msgs {
-			rs[i] = alone.Publish(ctx, m, publisher.WithOrderingKey(key(i)))
+			rs[i] = direct.Publish(ctx, &pubsub.Message{Data: m.Data, OrderingKey: key(i)})
 		}
 		for _, res := range rs {
 			_, err := res.Get(ctx)
@@ -79,23 +83,23 @@ func benchRelay(b *testing.B, k dbKind, lat time.Duration) {
 		}
 		return time.Since(start)
 	}
-	var relayRate, aloneRate, ratio []float64
+	var relayRate, directRate, ratio []float64
 	b.ResetTimer()
 	for i := range b.N {
-		var dr, da time.Duration
+		var dr, dd time.Duration
 		if i%2 == 0 {
-			dr, da = relayRound(), aloneRound()
+			dr, dd = relayRound(), directRound()
 		} else {
-			da, dr = aloneRound(), relayRound()
+			dd, dr = directRound(), relayRound()
 		}
-		relayRate = append(relayRate, benchEvents/dr.Seconds())
-		aloneRate = append(aloneRate, benchEvents/da.Seconds())
-		ratio = append(ratio, da.Seconds()/dr.Seconds())
+		relayRate = append(relayRate, float64(events)/dr.Seconds())
+		directRate = append(directRate, float64(events)/dd.Seconds())
+		ratio = append(ratio, dd.Seconds()/dr.Seconds())
 	}
 	b.StopTimer()
 	b.ReportMetric(median(relayRate), "relay-ev/s")
-	b.ReportMetric(median(aloneRate), "publisher-ev/s")
-	b.ReportMetric(median(ratio), "relay/publisher")
+	b.ReportMetric(median(directRate), "direct-ev/s")
+	b.ReportMetric(median(ratio), "relay/direct")
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -144,4 +148,14 @@ func BenchmarkAdd(b *testing.B) {
 			})
 		})
 	}
+}
+
+// relayOptions are a relay's default options, and on PostgreSQL a
+// listener, which wakes it at the commits of other processes.
+func relayOptions(k dbKind, dsn string, opts ...outbox.RelayOption) []outbox.RelayOption {
+	opts = append(opts, outbox.WithLogger(quiet))
+	if k.dialect == outbox.PostgreSQL {
+		opts = append(opts, outbox.WithListener(pgtest.Listener(dsn)))
+	}
+	return opts
 }

@@ -5,7 +5,9 @@
 // tests that ask for one skip, saying so.
 //
 // PostgreSQL refuses to run as root, so as root the server runs as the
-// postgres user (or nobody), in a directory given to that user.
+// postgres user (or nobody), in a directory given to that user. The
+// directory (0700) and the server's socket (0700), which trusts whoever
+// connects, are that user's alone: root reaches them, no other user does.
 package pgtest
 
 import (
@@ -128,7 +130,9 @@ func (s *Server) start() error {
 	if err := s.run("initdb", "-D", data, "-U", "keyorder", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions"); err != nil {
 		return err
 	}
-	opts := fmt.Sprintf("-k %s -c listen_addresses='' -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200", s.dir)
+	// The socket, with trust authentication, is its user's alone (and
+	// root's): 0700, in a directory of 0700.
+	opts := fmt.Sprintf("-k %s -c unix_socket_permissions=0700 -c listen_addresses='' -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200", s.dir)
 	if err := s.run("pg_ctl", "start", "-w", "-D", data, "-l", filepath.Join(s.dir, "log"), "-o", opts); err != nil {
 		return fmt.Errorf("%w\n%s", err, s.log())
 	}
@@ -152,6 +156,12 @@ func (s *Server) NewDatabase() (string, error) {
 func (s *Server) dsn(db string) string {
 	return fmt.Sprintf("host=%s port=5432 user=keyorder dbname=%s sslmode=disable", s.dir, db)
 }
+
+// Dir returns the server's directory, which holds its socket.
+func (s *Server) Dir() string { return s.dir }
+
+// Shared returns the server DSN started, nil before.
+func Shared() *Server { return shared.srv }
 
 // Stop stops the server at once and removes its directory.
 func (s *Server) Stop() error {
@@ -180,7 +190,7 @@ func (s *Server) dropRoot() error {
 	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
 	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
 	s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-	if err := os.Chmod(s.dir, 0o755); err != nil {
+	if err := os.Chmod(s.dir, 0o700); err != nil {
 		return err
 	}
 	return os.Chown(s.dir, int(uid), int(gid))

@@ -1,6 +1,8 @@
 package pgtest
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -18,4 +20,17 @@ func TestServer(t *testing.T) {
 	var v string
 	require.NoError(t, a.QueryRow("SHOW server_version").Scan(&v))
 	t.Logf("PostgreSQL %s", v)
+}
+
+// TestPrivate checks that the server's directory and socket, which trust
+// whoever connects, are its user's alone.
+func TestPrivate(t *testing.T) {
+	Open(t)
+	dir := Shared().Dir()
+	st, err := os.Stat(dir)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o700), st.Mode().Perm(), "the directory")
+	st, err = os.Stat(filepath.Join(dir, ".s.PGSQL.5432"))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o700), st.Mode().Perm(), "the socket")
 }

@@ -123,7 +123,7 @@ func latencyRound(b *testing.B, cfg config, viaOutbox bool) []time.Duration {
 func outboxSender(ctx, rctx context.Context, b *testing.B, client *pubsub.Client, source *store) func(string, int64) error {
 	ob, err := outbox.New(ctx, source.db, source.outboxDialect())
 	must(b, err)
-	pub, err := publisher.New(client, topicID, publisher.WithoutStamps())
+	pub, err := publisher.New(client, topicID, relayPublisherOptions()...)
 	must(b, err)
 	r, err := outbox.NewRelay(ob, pub)
 	must(b, err)

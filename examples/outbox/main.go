@@ -82,6 +82,13 @@ func runMain(cfg config, postgres, exe string) error {
 	return err
 }
 
+// sourceEnv and sinkEnv carry the databases' DSNs (see openStore) to the
+// story's processes.
+const (
+	sourceEnv = "KEYORDER_OUTBOX_SOURCE"
+	sinkEnv   = "KEYORDER_OUTBOX_SINK"
+)
+
 // roleMain runs one process of the story: a writer, a relay or a replica.
 // Relays and replicas run until SIGTERM (or -timeout) and exit 0.
 func roleMain(args []string, log io.Writer) int {
@@ -90,8 +97,6 @@ func roleMain(args []string, log io.Writer) int {
 	var r role
 	fs.StringVar(&r.name, "role", "", "writer, relay or replica")
 	fs.StringVar(&r.addr, "addr", "", "address of the Pub/Sub server")
-	fs.StringVar(&r.source, "source", "", "the writers' database")
-	fs.StringVar(&r.sink, "sink", "", "the receivers' database")
 	fs.IntVar(&r.id, "id", 0, "this process's number among its role")
 	fs.IntVar(&r.accounts, "accounts", 0, "accounts (writer)")
 	fs.IntVar(&r.changes, "changes", 0, "changes to make (writer)")
@@ -101,6 +106,9 @@ func roleMain(args []string, log io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	// The databases, whose DSNs may hold passwords, come through the
+	// environment: a command line is any local user's to read.
+	r.source, r.sink = os.Getenv(sourceEnv), os.Getenv(sinkEnv)
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)

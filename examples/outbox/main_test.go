@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,4 +112,20 @@ func TestCheckFinds(t *testing.T) {
 	wrong := good
 	wrong.balances = map[string][2]int64{"a": {6, 5}}
 	assert.Error(t, check(wrong, cfg, &out), "a balance that differs")
+}
+
+// TestDSNsThroughTheEnvironment checks that the story's processes get the
+// databases' DSNs, passwords included, through their environment, not on
+// their command lines, which any local user may read.
+func TestDSNsThroughTheEnvironment(t *testing.T) {
+	const secret = "postgres:host=db user=u password=hunter2"
+	cfg := defaultConfig()
+	cfg.source, cfg.sink = secret, secret+"-sink"
+	ps := startAll(cfg, "localhost:1", func(args ...string) *exec.Cmd { return exec.Command("true", args...) }, io.Discard)
+	for _, p := range ps.all() {
+		cmd := p.start()
+		assert.NotContains(t, strings.Join(cmd.Args, " "), "hunter2", p.name)
+		assert.Contains(t, cmd.Env, sourceEnv+"="+secret, p.name)
+		assert.Contains(t, cmd.Env, sinkEnv+"="+secret+"-sink", p.name)
+	}
 }

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2"
+
 	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/publisher/outbox"
@@ -95,7 +97,7 @@ func retryBusy(ctx context.Context, f func() error) error {
 }
 
 // relay is a relay process: it publishes the outbox until ctx ends.
-func relay(ctx context.Context, addr, topic string, ob *outbox.Outbox) error {
+func relay(ctx context.Context, addr, topic string, ob *outbox.Outbox, opts ...outbox.RelayOption) error {
 	client, err := harness.ConnectProject(ctx, addr, harness.ExampleProject())
 	if err != nil {
 		return err
@@ -103,12 +105,12 @@ func relay(ctx context.Context, addr, topic string, ob *outbox.Outbox) error {
 	defer client.Close()
 	// The relay stamps the messages itself, with the outbox's producer ID
 	// and each row's number, so its publisher does not.
-	pub, err := publisher.New(client, topic, publisher.WithoutStamps())
+	pub, err := publisher.New(client, topic, relayPublisherOptions()...)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = pub.Close(context.WithoutCancel(ctx)) }()
-	r, err := outbox.NewRelay(ob, pub, relayOptions()...)
+	r, err := outbox.NewRelay(ob, pub, append(relayOptions(), opts...)...)
 	if err != nil {
 		return err
 	}
@@ -167,4 +169,14 @@ func relayOptions() []outbox.RelayOption {
 		outbox.WithLease(2 * time.Second),
 		outbox.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))),
 	}
+}
+
+// relayPublisherOptions are the options of a relay's publisher: no stamps
+// (the relay stamps as the outbox), and a batching delay of 1 ms rather
+// than the official client's 10: the relay hands over a key's events
+// together, and a longer wait would buy no larger batch.
+func relayPublisherOptions() []publisher.Option {
+	s := pubsub.DefaultPublishSettings
+	s.DelayThreshold = time.Millisecond
+	return []publisher.Option{publisher.WithoutStamps(), publisher.WithPublishSettings(s)}
 }

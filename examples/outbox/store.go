@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // the PostgreSQL driver, registered as "pgx"
 	_ "modernc.org/sqlite"             // the pure-Go SQLite driver, registered as "sqlite"
 
@@ -21,13 +22,14 @@ import (
 type store struct {
 	db       *sql.DB
 	postgres bool
+	dsn      string // PostgreSQL's, for a listener's connection
 }
 
 func openStore(dsn string) (*store, error) {
 	s := &store{}
 	var err error
 	if rest, ok := strings.CutPrefix(dsn, "postgres:"); ok {
-		s.postgres = true
+		s.postgres, s.dsn = true, rest
 		s.db, err = sql.Open("pgx", rest)
 	} else {
 		// WAL, so that readers do not wait on the writer; a busy timeout,
@@ -43,6 +45,43 @@ func openStore(dsn string) (*store, error) {
 }
 
 func (s *store) Close() error { return s.db.Close() }
+
+// listener returns, on PostgreSQL, the option that wakes a relay at the
+// outbox's commits, from any process; SQLite has no notifications, and a
+// relay there polls for the events of other processes.
+func (s *store) listener() []outbox.RelayOption {
+	if !s.postgres {
+		return nil
+	}
+	dsn := s.dsn
+	return []outbox.RelayOption{outbox.WithListener(func(ctx context.Context, channel string) (<-chan struct{}, error) {
+		// database/sql cannot wait for a notification: the listener has a
+		// connection of its own, with pgx.
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+			_ = conn.Close(context.Background())
+			return nil, err
+		}
+		ch := make(chan struct{}, 1)
+		go func() {
+			defer close(ch)
+			defer conn.Close(context.Background())
+			for {
+				if _, err := conn.WaitForNotification(ctx); err != nil {
+					return
+				}
+				select {
+				case ch <- struct{}{}:
+				default:
+				}
+			}
+		}()
+		return ch, nil
+	})}
+}
 
 func (s *store) q(query string) string { return sqldb.Rebind(s.postgres, query) }
 

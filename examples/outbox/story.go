@@ -75,7 +75,7 @@ func (r role) run(ctx context.Context) error {
 		if r.name == "writer" {
 			return write(ctx, st, ob, r.seed, r.accounts, r.changes, r.pace)
 		}
-		return relay(ctx, r.addr, topicID, ob)
+		return relay(ctx, r.addr, topicID, ob, st.listener()...)
 	case "replica":
 		in, err := inbox.New(ctx, st.db, st.inboxDialect())
 		if err != nil {
@@ -266,16 +266,17 @@ func (ps procs) all() []*proc {
 
 func startAll(cfg config, addr string, spawn func(args ...string) *exec.Cmd, out io.Writer) procs {
 	mk := func(name string, id int, extra ...string) *proc {
-		args := append([]string{name, "-id", strconv.Itoa(id), "-addr", addr, "-source", cfg.source, "-sink", cfg.sink}, extra...)
+		args := append([]string{name, "-id", strconv.Itoa(id), "-addr", addr}, extra...)
 		return &proc{name: name + " " + strconv.Itoa(id), start: func() *exec.Cmd {
 			cmd := spawn(args...)
 			cmd.Stdout, cmd.Stderr = out, out
+			if cmd.Env == nil {
+				cmd.Env = os.Environ()
+			}
+			cmd.Env = append(cmd.Env, sourceEnv+"="+cfg.source, sinkEnv+"="+cfg.sink)
 			if cfg.emulatorRedelivery && name == "replica" {
 				// A subscriber told it is on an emulator knows that a
 				// key's messages may come back out of order.
-				if cmd.Env == nil {
-					cmd.Env = os.Environ()
-				}
 				cmd.Env = append(cmd.Env, "PUBSUB_EMULATOR_HOST="+addr)
 			}
 			return cmd

@@ -31,36 +31,76 @@ func (d Dialect) String() string {
 	return fmt.Sprintf("Dialect(%d)", int(d))
 }
 
-// The outbox's tables. events holds the pending events, a row each until
-// a relay has published it; keys the last number given to each key, the
-// counter row that numbers a key's events in commit order; meta what every
-// process must share (the producer ID, the shard count); leases which
-// relay publishes which shard, and relays the relays alive.
-const (
-	tableEvents = "keyorder_outbox"
-	tableKeys   = "keyorder_outbox_keys"
-	tableMeta   = "keyorder_outbox_meta"
-	tableLeases = "keyorder_outbox_leases"
-	tableRelays = "keyorder_outbox_relays"
-)
+// tables are the names of an outbox's tables, made from the name
+// [WithTable] gives, keyorder_outbox by default. events holds the pending
+// events, a row each until a relay has published it; keys the last number
+// given to each key, the counter row that numbers a key's events in
+// commit order; meta what every process must share (the producer ID, the
+// shard count, the relays' topic); leases which relay publishes which
+// shard, and relays the relays alive. channel is what relays LISTEN on
+// (PostgreSQL).
+type tables struct {
+	events, keys, meta, leases, relays, channel string
+}
 
-// schema returns the statements that create the tables if missing.
-// Numbers are BIGINT, which both take; data is the one column whose type
-// differs.
-func (d Dialect) schema() []string {
+func tablesOf(name string) tables {
+	return tables{events: name, keys: name + "_keys", meta: name + "_meta", leases: name + "_leases", relays: name + "_relays", channel: name}
+}
+
+// schema returns the statements that create the tables if missing, and
+// the columns each must have. Numbers are BIGINT, which both take; data
+// is the one column whose type differs.
+func (d Dialect) schema(t tables) (stmts []string, columns map[string][]string) {
 	blob := "BLOB"
 	if d == PostgreSQL {
 		blob = "BYTEA"
 	}
-	return []string{
-		`CREATE TABLE IF NOT EXISTS ` + tableMeta + ` (name TEXT PRIMARY KEY, value TEXT NOT NULL)`,
-		`CREATE TABLE IF NOT EXISTS ` + tableKeys + ` (key TEXT PRIMARY KEY, last BIGINT NOT NULL)`,
-		`CREATE TABLE IF NOT EXISTS ` + tableEvents + ` (key TEXT NOT NULL, seq BIGINT NOT NULL,
+	stmts = []string{
+		`CREATE TABLE IF NOT EXISTS ` + t.meta + ` (name TEXT PRIMARY KEY, value TEXT NOT NULL)`,
+		`CREATE TABLE IF NOT EXISTS ` + t.keys + ` (key TEXT PRIMARY KEY, last BIGINT NOT NULL)`,
+		`CREATE TABLE IF NOT EXISTS ` + t.events + ` (key TEXT NOT NULL, seq BIGINT NOT NULL,
 			shard INTEGER NOT NULL, data ` + blob + `, headers TEXT NOT NULL, created BIGINT NOT NULL,
 			sent INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (key, seq))`,
-		`CREATE TABLE IF NOT EXISTS ` + tableLeases + ` (shard INTEGER PRIMARY KEY, owner TEXT NOT NULL, expires BIGINT NOT NULL)`,
-		`CREATE TABLE IF NOT EXISTS ` + tableRelays + ` (id TEXT PRIMARY KEY, expires BIGINT NOT NULL)`,
+		`CREATE TABLE IF NOT EXISTS ` + t.leases + ` (shard INTEGER PRIMARY KEY, owner TEXT NOT NULL, expires BIGINT NOT NULL)`,
+		`CREATE TABLE IF NOT EXISTS ` + t.relays + ` (id TEXT PRIMARY KEY, expires BIGINT NOT NULL)`,
 	}
+	columns = map[string][]string{
+		t.meta:   {"name", "value"},
+		t.keys:   {"key", "last"},
+		t.events: {"created", "data", "headers", "key", "sent", "seq", "shard"},
+		t.leases: {"expires", "owner", "shard"},
+		t.relays: {"expires", "id"},
+	}
+	return stmts, columns
+}
+
+// notify returns the statements that make every insert into the events
+// table NOTIFY t.channel at commit (PostgreSQL): a trigger per statement,
+// so that Add costs its writer no statement more, and one notification
+// per transaction, which PostgreSQL folds together.
+func notify(t tables) (function, trigger string) {
+	function = `CREATE OR REPLACE FUNCTION ` + t.events + `_notify() RETURNS trigger LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM pg_notify('` + t.channel + `', ''); RETURN NULL; END $$`
+	trigger = `CREATE TRIGGER ` + t.events + `_notify AFTER INSERT ON ` + t.events +
+		` FOR EACH STATEMENT EXECUTE FUNCTION ` + t.events + `_notify()`
+	return function, trigger
+}
+
+// probe is a statement that only d answers, to name a Dialect that is not
+// the database's.
+func (d Dialect) probe() string {
+	if d == PostgreSQL {
+		return `SELECT current_setting('server_version_num')`
+	}
+	return `SELECT sqlite_version()`
+}
+
+// columnsQuery returns the names of a table's columns, in any order.
+func (d Dialect) columnsQuery() string {
+	if d == PostgreSQL {
+		return `SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1`
+	}
+	return `SELECT name FROM pragma_table_info(?)`
 }
 
 // q spells query, written with "?" placeholders, for d.

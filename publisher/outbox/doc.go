@@ -17,6 +17,36 @@
 // The package speaks only database/sql: open the database with the driver
 // of your choice and name its [Dialect].
 //
+// # Subscription first, then relays
+//
+// A relay publishes into the topic, and Pub/Sub keeps a message only for
+// the subscriptions that exist when it is published: create the
+// subscription (subscriber.CreateWithTopic) before any relay runs, or
+// the events published meanwhile are gone, deleted from the outbox and
+// delivered to nobody.
+//
+// # Tables
+//
+// [New] creates five tables, named after [WithTable] (keyorder_outbox by
+// default), and checks the shape of those it finds:
+//
+//   - keyorder_outbox: the pending events, a row each (key, seq, shard,
+//     data, headers, created, sent) until a relay has published it;
+//   - keyorder_outbox_keys: each key's last number, the counter row that
+//     numbers its events in commit order; it stays after they are sent;
+//   - keyorder_outbox_meta: what every process shares: the producer ID,
+//     the shard count;
+//   - keyorder_outbox_leases: which relay publishes which shard, until
+//     when;
+//   - keyorder_outbox_relays: the relays alive, until when.
+//
+// On PostgreSQL it also creates keyorder_outbox_notify(), a trigger
+// function, and a trigger of that name on the events table, which
+// NOTIFY the channel [Outbox.Channel] at the commit of each transaction
+// that adds events. Services that share a database give their outboxes
+// names of their own: an outbox belongs to one service, whose relays
+// publish to its one topic.
+//
 // # Order and copies
 //
 // [Outbox.Add] numbers each key's events 1, 2, 3... in commit order, with
@@ -36,48 +66,66 @@
 // Keys are hashed into [WithShards] shards ([ordering.Partition]), and
 // relays hold shards through leases in the database, renewed every third
 // of [WithLease]. Each relay takes its share, the shard count divided by
-// the relays alive, rounded up; a relay that stops gives its shards up at
-// once, and one that dies (SIGKILL) holds them until its lease runs out,
-// after which the others take them over and send again what it had sent
-// but not deleted. A lease is for efficiency, not safety: two relays on
-// one shard cause copies, never disorder or loss (see the comment on
-// leaseRound in lease.go for why).
+// the relays alive, rounded up, and any shard nobody holds whatever the
+// count says (a relay's row may be a dead one's, or forged: no row's
+// expiry is taken for more than a lease from now); a relay that stops
+// gives its shards up at once, and one that dies (SIGKILL) holds them
+// until its lease runs out, after which the others take them over and
+// send again what it had sent but not deleted. A lease is for efficiency,
+// not safety: two relays on one shard cause copies, never disorder or
+// loss (see the comment on leaseRound in lease.go for why).
+//
+// A relay reads when it is woken and every [WithPollInterval]: [Outbox.Add]
+// wakes the relays of its Outbox in its process, and a [WithListener] those
+// of any process, on PostgreSQL. It publishes each key's events behind
+// those of the key in flight, each [publisher.WithAfter] the one before,
+// so that a key's next events wait for no round trip of the database.
+// Give the relay a publisher of its own, made [publisher.WithoutStamps],
+// with a DelayThreshold of about 1 ms ([publisher.WithPublishSettings]):
+// the relay hands a key's events over together, and the official
+// client's 10 ms wait for a fuller batch buys nothing but latency.
+//
+// # Rows it cannot publish
+//
+// Every row is checked as it is read. A row that Add did not write (a
+// number outside 1 to 2^32-1, or not a number; headers that do not
+// decode; a number missing before it) sets aside its key from that row
+// on, with a backoff, logged once per episode (keyorder/outbox: bad row)
+// and counted ([Stats].Invalid); the other keys go on, and a read never
+// fails whole. A row whose shard is out of range, which no relay reads,
+// is given its key's shard and counted. [New] refuses a recorded shard
+// count over [MaxShards], and tables of another shape.
 //
 // # Cost and scale
 //
 // An event costs the writer two statements in its transaction (the
 // counter row and the event's row) and the relay a share of three
-// statements per round of up to [WithBatchSize] events (read, mark,
-// delete) besides the publish. The counter row stays after its events are
-// published, one small row per key ever written: the numbers must never
-// start again for the same producer.
+// statements per page of up to [WithBatchSize] events (read, mark,
+// delete, each one statement for all the page's keys) besides the
+// publish. The counter row stays after its events are published, one
+// small row per key ever written: the numbers must never start again for
+// the same producer. FIGURES.md (Outbox) gives the rates measured beside
+// publishing right after the commit.
 //
-// Measured (FIGURES.md, Outbox; the fake server, 2 cores): one relay
-// publishes a backlog of 50 keys at about 20,000 events/s on SQLite and
-// on PostgreSQL, 0.4 to 0.6 of the rate of the publisher alone
-// publishing the same events; a writer's transaction with one event costs
-// about 160 µs on SQLite and 240 µs on PostgreSQL, 2.8 and 1.5 times a
-// plain insert of the same bytes.
-//
-// One relay publishes many keys at once, and one key's events in runs of
-// up to a batch, one run in flight at a time (P3): one key is bound by a
-// batch per publish round trip plus three statements, many keys by the
-// database and the publisher. Relays scale out up to the shard count; a
-// key is on one relay at a time. Writers of one key wait for each other's
-// commits (the counter row's lock); writers of different keys do not wait
-// for each other on PostgreSQL, and take turns on SQLite's one write lock
-// as every SQLite writer does.
+// One relay publishes many keys at once, up to 20 pages of events in
+// flight. Relays scale out up to the shard count; a key is on one relay
+// at a time. Writers of one key wait for each other's commits (the
+// counter row's lock); writers of different keys do not wait for each
+// other on PostgreSQL, and take turns on SQLite's one write lock as every
+// SQLite writer does.
 //
 // # Observability
 //
 // Metrics, through the OpenTelemetry API ([WithMeterProvider]), each with
 // the attribute keyorder.producer, never a key: keyorder.outbox.published,
 // keyorder.outbox.resent and keyorder.outbox.failed (counters of events),
+// keyorder.outbox.invalid (rows found bad, see above),
 // keyorder.outbox.pending and keyorder.outbox.lag (the events waiting in
 // the relay's shards, and the oldest one's age, as of its last lease
 // round), keyorder.outbox.shards; the gauges are reported while Run runs.
 // [Relay.Stats] reads the same counts.
 // Logs ([WithLogger]): a key's failure at Warn, once per episode, and its
-// recovery at Info; a database error at Warn; shards taken over at Info.
+// recovery at Info; a bad row at Warn, once per episode; a database error
+// at Warn; shards taken over at Info.
 // FIGURES.md (Outbox) lists them word for word.
 package outbox

@@ -30,6 +30,12 @@ var ErrNilTx = errors.New(prefix + "nil transaction")
 // order to keep. Nothing is written.
 var ErrNoKey = errors.New(prefix + "empty key")
 
+// ErrKeyNUL is the Err of the [*publisher.ValidationError] that
+// [Outbox.Add] returns for a key with a NUL byte, which neither SQLite's
+// nor PostgreSQL's text holds. Nothing is written, and the caller's
+// transaction is as it was.
+var ErrKeyNUL = errors.New(prefix + "key has a NUL byte")
+
 // ErrKeyExhausted is returned by [Outbox.Add] when a key has been given
 // 2^32-1 numbers, the last of the stamps' epoch 0. Nothing is written.
 var ErrKeyExhausted = errors.New(prefix + "key has used every sequence number")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/keyorder/keyorder/ordering"
@@ -43,39 +44,86 @@ func (ru *run) leaseRound(ctx context.Context) {
 		}
 		return
 	}
-	share := (ru.r.o.shards + live - 1) / live
-	ru.shed(ctx, len(ru.owned)-share)
-	if len(ru.owned) < share {
-		ru.take(ctx, now, share-len(ru.owned))
+	free, err := ru.free(ctx, now)
+	if err != nil {
+		if ctx.Err() == nil {
+			ru.r.rec.dbFailed("read leases", err)
+		}
+		return
 	}
-	ru.inList = inList(ru.owned)
-	ru.count(ctx)
+	// Shards nobody holds are taken whatever the count of relays says
+	// (a relay's row may be a dead one's, or forged): those free now and
+	// at the last round, so that a relay coming takes them first. Shards
+	// are given up only to relays that have none to take.
+	share := (ru.r.o.shards + live - 1) / live
+	var want []int
+	for _, s := range free {
+		if len(ru.owned)+len(want) < share || ru.seenFree[s] {
+			want = append(want, s)
+		}
+	}
+	clear(ru.seenFree)
+	for _, s := range free {
+		ru.seenFree[s] = true
+	}
+	over := 0
+	if len(free) == 0 {
+		over = len(ru.owned) - share
+	}
+	ru.shed(ctx, over) // with free shards, leaves none: a relay coming takes those
+	ru.take(ctx, now, want)
+	if ru.count(ctx) > 0 {
+		ru.repair(ctx)
+	}
 }
 
 // renew renews the relay's row and its leases, and reads back which
 // shards it holds: a lease that ran out and was taken is gone.
 func (ru *run) renew(ctx context.Context, now time.Time) error {
 	o, exp := ru.r.o, now.Add(ru.r.cfg.lease).UnixNano()
-	heartbeat := o.d.q(`INSERT INTO ` + tableRelays + ` (id, expires) VALUES (?, ?)
+	heartbeat := o.d.q(`INSERT INTO ` + o.t.relays + ` (id, expires) VALUES (?, ?)
 		ON CONFLICT (id) DO UPDATE SET expires = excluded.expires`)
 	if _, err := o.db.ExecContext(ctx, heartbeat, ru.r.id, exp); err != nil {
 		return err
 	}
-	if _, err := o.db.ExecContext(ctx, o.d.q(`UPDATE `+tableLeases+` SET expires = ? WHERE owner = ?`), exp, ru.r.id); err != nil {
+	if _, err := o.db.ExecContext(ctx, o.d.q(`UPDATE `+o.t.leases+` SET expires = ? WHERE owner = ?`), exp, ru.r.id); err != nil {
 		return err
 	}
-	shards, err := ru.shards(ctx, o.d.q(`SELECT shard FROM `+tableLeases+` WHERE owner = ?`), ru.r.id)
+	// No row lives longer than a lease from now: a dead relay's whose
+	// clock ran ahead, or a forged one, would hold its shards, or count
+	// as a relay, for as long as it says.
+	for _, t := range []string{o.t.relays, o.t.leases} {
+		if _, err := o.db.ExecContext(ctx, o.d.q(`UPDATE `+t+` SET expires = ? WHERE expires > ?`), exp, exp); err != nil {
+			return err
+		}
+	}
+	shards, err := ru.shards(ctx, o.d.q(`SELECT shard FROM `+o.t.leases+` WHERE owner = ?`), ru.r.id)
 	if err != nil {
 		return err
 	}
-	clear(ru.owned)
+	held := map[int]bool{}
 	for _, s := range shards {
-		ru.owned[s] = true
+		held[s] = true
+	}
+	for s := range ru.owned {
+		if !held[s] {
+			delete(ru.owned, s) // taken by another relay: its lease ran out
+			delete(ru.fresh, s)
+		}
+	}
+	for s := range held {
+		if !ru.owned[s] {
+			ru.owned[s] = true
+			ru.takes++
+			ru.fresh[s] = ru.takes
+		}
 	}
 	ru.validUntil = now.Add(ru.r.cfg.lease)
 	for key := range ru.failing {
 		if !ru.owned[ordering.Partition(key, o.shards)] {
 			delete(ru.failing, key) // another relay's now
+			delete(ru.resume, key)
+			delete(ru.aside, key)
 		}
 	}
 	return nil
@@ -86,11 +134,11 @@ func (ru *run) renew(ctx context.Context, now time.Time) error {
 func (ru *run) live(ctx context.Context, now time.Time) (int, error) {
 	o := ru.r.o
 	var n int
-	if err := o.db.QueryRowContext(ctx, o.d.q(`SELECT COUNT(*) FROM `+tableRelays+` WHERE expires > ?`), now.UnixNano()).Scan(&n); err != nil {
+	if err := o.db.QueryRowContext(ctx, o.d.q(`SELECT COUNT(*) FROM `+o.t.relays+` WHERE expires > ?`), now.UnixNano()).Scan(&n); err != nil {
 		return 0, err
 	}
 	forget := now.Add(-10 * ru.r.cfg.lease).UnixNano()
-	if _, err := o.db.ExecContext(ctx, o.d.q(`DELETE FROM `+tableRelays+` WHERE expires < ?`), forget); err != nil {
+	if _, err := o.db.ExecContext(ctx, o.d.q(`DELETE FROM `+o.t.relays+` WHERE expires < ?`), forget); err != nil {
 		return 0, err
 	}
 	return max(n, 1), nil
@@ -119,10 +167,11 @@ func (ru *run) shed(ctx context.Context, n int) {
 		ru.leaving[s] = true
 	}
 	busy := map[int]bool{}
-	for _, b := range ru.inflight {
-		busy[b.shard] = true
+	for _, c := range ru.keys {
+		busy[c.shard] = true
 	}
-	q := ru.r.o.d.q(`DELETE FROM ` + tableLeases + ` WHERE shard = ? AND owner = ?`)
+	o := ru.r.o
+	q := o.d.q(`DELETE FROM ` + o.t.leases + ` WHERE shard = ? AND owner = ?`)
 	for s := range ru.leaving {
 		if busy[s] {
 			continue
@@ -133,33 +182,44 @@ func (ru *run) shed(ctx context.Context, n int) {
 		}
 		delete(ru.owned, s)
 		delete(ru.leaving, s)
+		delete(ru.fresh, s)
 	}
 }
 
-// take takes up to n shards whose lease is free or ran out. A shard whose
-// lease ran out had a relay that died or stalled: its events are sent
-// from the oldest pending one, and those it had sent are sent again.
-func (ru *run) take(ctx context.Context, now time.Time, n int) {
+// free returns the shards held by no live lease, from a random start, so
+// that relays starting together try different ones first.
+func (ru *run) free(ctx context.Context, now time.Time) ([]int, error) {
 	o := ru.r.o
 	held := map[int]string{}
-	rs, err := o.db.QueryContext(ctx, o.d.q(`SELECT shard, owner FROM `+tableLeases+` WHERE expires >= ?`), now.UnixNano())
+	rs, err := o.db.QueryContext(ctx, o.d.q(`SELECT shard, owner FROM `+o.t.leases+` WHERE expires >= ?`), now.UnixNano())
 	if err == nil {
 		err = scanLeases(rs, held)
 	}
 	if err != nil {
-		ru.r.rec.dbFailed("read leases", err)
-		return
+		return nil, err
 	}
+	var out []int
+	start := int(now.UnixNano() % int64(o.shards))
+	for i := range o.shards {
+		s := (start + i) % o.shards
+		if _, ok := held[s]; !ok {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// take takes the shards of want whose lease is free or ran out. A shard
+// whose lease ran out had a relay that died or stalled: its events are
+// sent from the oldest pending one, and those it had sent are sent again.
+func (ru *run) take(ctx context.Context, now time.Time, want []int) {
 	taken := map[string][]int{} // by the relay whose lease ran out
 	defer func() {
 		for from, shards := range taken {
 			ru.r.rec.takenOver(shards, from)
 		}
 	}()
-	for _, s := range ru.free(held) {
-		if n == 0 {
-			return
-		}
+	for _, s := range want {
 		from, ok, err := ru.grab(ctx, s, now)
 		if err != nil {
 			ru.r.rec.dbFailed("take a lease", err)
@@ -167,7 +227,8 @@ func (ru *run) take(ctx context.Context, now time.Time, n int) {
 		}
 		if ok {
 			ru.owned[s] = true
-			n--
+			ru.takes++
+			ru.fresh[s] = ru.takes
 			if from != "" && from != ru.r.id {
 				taken[from] = append(taken[from], s)
 			}
@@ -175,18 +236,45 @@ func (ru *run) take(ctx context.Context, now time.Time, n int) {
 	}
 }
 
-// free returns the shards held by no live lease, from a random start, so
-// that relays starting together try different ones first.
-func (ru *run) free(held map[int]string) []int {
-	var out []int
-	start := int(time.Now().UnixNano() % int64(ru.r.o.shards))
-	for i := range ru.r.o.shards {
-		s := (start + i) % ru.r.o.shards
-		if _, ok := held[s]; !ok {
-			out = append(out, s)
+// repair gives the rows of a shard out of range, which no relay reads,
+// the shard of their key, a few keys a round, and counts them.
+func (ru *run) repair(ctx context.Context) {
+	o := ru.r.o
+	bad := badShard(o.shards)
+	rs, err := o.db.QueryContext(ctx, `SELECT DISTINCT key FROM `+o.t.events+` WHERE `+bad+` LIMIT 100`)
+	var keys []string
+	if err == nil {
+		for rs.Next() {
+			var k any
+			if err = rs.Scan(&k); err != nil {
+				break
+			}
+			keys = append(keys, text(k))
+		}
+		if err == nil {
+			err = rs.Err()
+		}
+		rs.Close()
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			ru.r.rec.dbFailed("find rows of no shard", err)
+		}
+		return
+	}
+	q := o.d.q(`UPDATE ` + o.t.events + ` SET shard = ? WHERE key = ? AND ` + bad)
+	for _, k := range keys {
+		res, err := o.db.ExecContext(ctx, q, ordering.Partition(k, o.shards), k)
+		if err != nil {
+			if ctx.Err() == nil {
+				ru.r.rec.dbFailed("give rows their shard", err)
+			}
+			return
+		}
+		if n, err := res.RowsAffected(); err == nil && n > 0 {
+			ru.r.rec.reshard(k, n)
 		}
 	}
-	return out
 }
 
 // grab takes shard s if its lease is free or ran out, in one transaction,
@@ -198,13 +286,13 @@ func (ru *run) grab(ctx context.Context, s int, now time.Time) (from string, ok 
 		return "", false, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	err = tx.QueryRowContext(ctx, o.d.q(`SELECT owner FROM `+tableLeases+` WHERE shard = ?`), s).Scan(&from)
+	err = tx.QueryRowContext(ctx, o.d.q(`SELECT owner FROM `+o.t.leases+` WHERE shard = ?`), s).Scan(&from)
 	if err != nil && err != sql.ErrNoRows {
 		return "", false, err
 	}
-	q := o.d.q(`INSERT INTO ` + tableLeases + ` (shard, owner, expires) VALUES (?, ?, ?)
+	q := o.d.q(`INSERT INTO ` + o.t.leases + ` (shard, owner, expires) VALUES (?, ?, ?)
 		ON CONFLICT (shard) DO UPDATE SET owner = excluded.owner, expires = excluded.expires
-		WHERE ` + tableLeases + `.expires < ?`)
+		WHERE ` + o.t.leases + `.expires < ?`)
 	res, err := tx.ExecContext(ctx, q, s, ru.r.id, now.Add(ru.r.cfg.lease).UnixNano(), now.UnixNano())
 	if err != nil {
 		return "", false, err
@@ -248,22 +336,31 @@ func (ru *run) shards(ctx context.Context, q string, args ...any) ([]int, error)
 }
 
 // count counts the pending events of the relay's shards, and the age of
-// the oldest, for the metrics and Stats.
-func (ru *run) count(ctx context.Context) {
-	if len(ru.owned) == 0 {
-		ru.r.rec.looked(0, 0, 0)
-		return
-	}
+// the oldest, for the metrics and Stats, and returns the count of rows of
+// no shard in range, which no relay reads: one scan of the table.
+func (ru *run) count(ctx context.Context) (noShard int64) {
 	var n int64
 	var oldest sql.NullInt64
-	q := `SELECT COUNT(*), MIN(created) FROM ` + tableEvents + ` WHERE ` + ru.inList
-	if err := ru.r.o.db.QueryRowContext(ctx, q).Scan(&n, &oldest); err != nil {
+	o := ru.r.o
+	mine := "1 = 0"
+	if len(ru.owned) > 0 {
+		mine = inList(ru.ownedList())
+	}
+	q := `SELECT COUNT(CASE WHEN ` + mine + ` THEN 1 END), MIN(CASE WHEN ` + mine + ` THEN created END),
+		COUNT(CASE WHEN ` + badShard(o.shards) + ` THEN 1 END) FROM ` + o.t.events
+	if err := o.db.QueryRowContext(ctx, q).Scan(&n, &oldest, &noShard); err != nil {
 		if ctx.Err() == nil {
 			ru.r.rec.dbFailed("count pending events", err)
 		}
-		return
+		return 0
 	}
 	ru.r.rec.looked(len(ru.owned), n, oldest.Int64)
+	return noShard
+}
+
+// badShard is the condition of a row whose shard is out of range.
+func badShard(shards int) string {
+	return `(shard IS NULL OR NOT (shard >= 0 AND shard < ` + strconv.Itoa(shards) + `))`
 }
 
 // giveUp gives up the run's leases and its row among the relays alive,
@@ -273,13 +370,24 @@ func (ru *run) giveUp() {
 	ctx, cancel := context.WithTimeout(context.Background(), stmtTimeout)
 	defer cancel()
 	o := ru.r.o
-	if _, err := o.db.ExecContext(ctx, o.d.q(`DELETE FROM `+tableLeases+` WHERE owner = ?`), ru.r.id); err != nil {
+	if _, err := o.db.ExecContext(ctx, o.d.q(`DELETE FROM `+o.t.leases+` WHERE owner = ?`), ru.r.id); err != nil {
 		ru.r.rec.dbFailed("give up leases", err)
 	}
-	if _, err := o.db.ExecContext(ctx, o.d.q(`DELETE FROM `+tableRelays+` WHERE id = ?`), ru.r.id); err != nil {
+	if _, err := o.db.ExecContext(ctx, o.d.q(`DELETE FROM `+o.t.relays+` WHERE id = ?`), ru.r.id); err != nil {
 		ru.r.rec.dbFailed("leave the relays", err)
 	}
 	clear(ru.owned)
 	clear(ru.leaving)
+	clear(ru.fresh)
 	ru.r.rec.looked(0, 0, 0)
+}
+
+// ownedList returns the shards the run holds, in order.
+func (ru *run) ownedList() []int {
+	out := make([]int, 0, len(ru.owned))
+	for s := range ru.owned {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
 }

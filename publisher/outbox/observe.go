@@ -22,6 +22,7 @@ const (
 	metricPublished = "keyorder.outbox.published"
 	metricResent    = "keyorder.outbox.resent"
 	metricFailed    = "keyorder.outbox.failed"
+	metricInvalid   = "keyorder.outbox.invalid"
 	metricPending   = "keyorder.outbox.pending"
 	metricLag       = "keyorder.outbox.lag"
 	metricShards    = "keyorder.outbox.shards"
@@ -35,8 +36,12 @@ type Stats struct {
 	// failure, a restart, a lease taken over): copies, if the earlier send
 	// was stored. A lower bound: a takeover that commits during the old
 	// owner's mark can leave one run's re-send uncounted.
-	Resent  int64
-	Failed  int64 // events whose publish failed, left for a later round
+	Resent int64
+	Failed int64 // events whose publish failed, left for a later round
+	// Invalid counts the rows found that the relay cannot publish: a key
+	// set aside for a bad row (once per episode), and rows given back
+	// the shard of their key.
+	Invalid int64
 	Shards  int   // shards the relay holds now
 	Pending int64 // events pending in its shards, when it last looked
 }
@@ -46,16 +51,16 @@ type Stats struct {
 type recorder struct {
 	log *slog.Logger
 
-	published, resent, failed metric.Int64Counter
+	published, resent, failed, invalid metric.Int64Counter
 	// gauges registers the gauges' callback and returns what
 	// unregisters it: Run does both, so that a Relay that no longer
 	// runs, a Relay has no Close, leaves nothing in the provider.
 	gauges func() (unregister func())
 	as     metric.MeasurementOption
 
-	nPublished, nResent, nFailed atomic.Int64
-	shards, pending              atomic.Int64
-	oldest                       atomic.Int64 // unix nanoseconds of the oldest pending event; 0 for none
+	nPublished, nResent, nFailed, nInvalid atomic.Int64
+	shards, pending                        atomic.Int64
+	oldest                                 atomic.Int64 // unix nanoseconds of the oldest pending event; 0 for none
 }
 
 func newRecorder(cfg *relayConfig, producer string) *recorder {
@@ -78,6 +83,7 @@ func newRecorder(cfg *relayConfig, producer string) *recorder {
 	o.published = counter(metricPublished, "Events the service took from the relay, copies included.")
 	o.resent = counter(metricResent, "Events sent again: after a failure, a restart or a lease taken over. Subscribers see copies (S12).")
 	o.failed = counter(metricFailed, "Events whose publish failed; they stay in the outbox for a later round (P4).")
+	o.invalid = counter(metricInvalid, "Rows the relay cannot publish as they are: a key set aside for a bad row, once per episode, and rows of no shard given their key's.")
 	pending, err1 := m.Int64ObservableGauge(metricPending, metric.WithUnit("{event}"),
 		metric.WithDescription("Events waiting in the outbox, in the shards this relay holds, when it last looked."))
 	lag, err2 := m.Float64ObservableGauge(metricLag, metric.WithUnit("s"),
@@ -161,6 +167,24 @@ func (o *recorder) keyRecovered(key string, failures int) {
 		slog.String("key", key), slog.Int("failures", failures))
 }
 
+// badRow logs and counts the first bad row of key's episode: the key is
+// set aside, and read again after a backoff.
+func (o *recorder) badRow(key, seq, why string) {
+	o.nInvalid.Add(1)
+	o.invalid.Add(context.Background(), 1, o.as.(metric.AddOption))
+	o.log.LogAttrs(context.Background(), slog.LevelWarn, "keyorder/outbox: bad row",
+		slog.String("key", key), slog.String("seq", seq), slog.String("reason", why))
+}
+
+// reshard counts n rows of key whose shard was out of range, now their
+// key's.
+func (o *recorder) reshard(key string, n int64) {
+	o.nInvalid.Add(n)
+	o.invalid.Add(context.Background(), n, o.as.(metric.AddOption))
+	o.log.LogAttrs(context.Background(), slog.LevelWarn, "keyorder/outbox: rows given their shard",
+		slog.String("key", key), slog.Int64("rows", n))
+}
+
 // dbFailed logs a statement of the relay's that the database refused; the
 // relay tries again on its next round.
 func (o *recorder) dbFailed(op string, err error) {
@@ -177,7 +201,7 @@ func (o *recorder) takenOver(shards []int, from string) {
 
 func (o *recorder) stats() Stats {
 	return Stats{
-		Published: o.nPublished.Load(), Resent: o.nResent.Load(), Failed: o.nFailed.Load(),
+		Published: o.nPublished.Load(), Resent: o.nResent.Load(), Failed: o.nFailed.Load(), Invalid: o.nInvalid.Load(),
 		Shards: int(o.shards.Load()), Pending: o.pending.Load(),
 	}
 }

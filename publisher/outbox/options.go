@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/keyorder/keyorder/ordering"
 )
 
 // A RelayOption configures a [Relay]. Options are checked once, in
@@ -14,6 +16,9 @@ type RelayOption func(*relayConfig) error
 
 type relayConfig struct {
 	batch         int
+	inflight      int // events in flight at most: inflightPerBatch batches
+	stampKeys     *ordering.StampKeys
+	listener      Listener
 	poll          time.Duration
 	lease         time.Duration
 	drain         time.Duration
@@ -22,24 +27,65 @@ type relayConfig struct {
 }
 
 func defaultRelayConfig() relayConfig {
-	return relayConfig{batch: 500, poll: 50 * time.Millisecond, lease: 10 * time.Second, drain: 10 * time.Second}
+	return relayConfig{batch: 500, inflight: 500 * inflightPerBatch, poll: 50 * time.Millisecond, lease: 10 * time.Second, drain: 10 * time.Second}
 }
 
+// inflightPerBatch is how many reads' worth of events a relay keeps in
+// flight at most.
+const inflightPerBatch = 20
+
 // WithBatchSize sets how many events a relay reads in one query, across
-// its keys; it keeps at most four times as many in flight. The default is
-// 500; n must be 1 to 10,000.
+// its keys; a read goes on, page after page, while there is room, and the
+// relay keeps at most 20 times as many in flight. A key's events are
+// published behind those of it in flight, so a page's bound holds no key
+// back. The default is 500; n must be 1 to 10,000.
 func WithBatchSize(n int) RelayOption {
 	return func(c *relayConfig) error {
 		if n < 1 || n > 10_000 {
 			return fmt.Errorf("%w: WithBatchSize(%d): want 1 to 10000", ErrInvalidConfig, n)
 		}
 		c.batch = n
+		c.inflight = n * inflightPerBatch
 		return nil
 	}
 }
 
-// WithPollInterval sets how long a relay that found nothing to publish
-// waits before it looks again: an event committed to an idle outbox is
+// WithStampKey makes the relay sign every stamp it writes with key
+// ([ordering.StampKeys], the [ordering.SignatureAttribute] attribute), so
+// that subscribers holding the key take only the outbox's stamps. [Outbox.Add]
+// counts the signature's size ([ordering.SignatureSize]) whether or not
+// relays sign. By default stamps are not signed. key must be at least
+// [ordering.MinStampKeyBytes] long; NewRelay returns an error matching
+// [ErrInvalidConfig] otherwise.
+func WithStampKey(key []byte) RelayOption {
+	return func(c *relayConfig) error {
+		k, err := ordering.NewStampKeys(key)
+		if err != nil {
+			return fmt.Errorf("%w: WithStampKey: %w", ErrInvalidConfig, err)
+		}
+		c.stampKeys = k
+		return nil
+	}
+}
+
+// WithListener makes the relay read as soon as l says events may have
+// been committed, in any process (see [Listener]), rather than at its
+// next poll. Without it, a relay wakes at once only for the events added
+// through its own [Outbox] in its own process, and polls for the rest.
+// NewRelay returns an error matching [ErrInvalidConfig] if l is nil.
+func WithListener(l Listener) RelayOption {
+	return func(c *relayConfig) error {
+		if l == nil {
+			return fmt.Errorf("%w: WithListener(nil): leave the option out to poll", ErrInvalidConfig)
+		}
+		c.listener = l
+		return nil
+	}
+}
+
+// WithPollInterval sets how often a relay looks for events besides when
+// it is woken: by [Outbox.Add] of its own Outbox in its process, and by a
+// [WithListener]. An event committed elsewhere, without a listener, is
 // published within about this long. Each look is one indexed query. The
 // default is 50 ms; d must be 1 ms to 1 min.
 func WithPollInterval(d time.Duration) RelayOption {

@@ -8,7 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/keyorder/keyorder/ordering"
@@ -22,17 +25,42 @@ import (
 type Outbox struct {
 	db       *sql.DB
 	d        Dialect
+	t        tables
 	producer string // the stamps' producer ID, recorded in the database
 	shards   int    // the shard count, recorded in the database
 
 	number, insert string // Add's statements, spelled for d
+	wakers         wakers // the relays of this Outbox running, which Add wakes
 }
 
 // An Option configures an [Outbox]. Options are checked once, in [New].
 type Option func(*config) error
 
 type config struct {
-	shards int // 0: defaultShards, or what the database recorded
+	shards int    // 0: defaultShards, or what the database recorded
+	table  string // the tables' name
+}
+
+// DefaultTable is the name of an outbox's tables without [WithTable].
+const DefaultTable = "keyorder_outbox"
+
+var tableRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,46}$`)
+
+// WithTable names the outbox's tables: name holds the events, and
+// name_keys, name_meta, name_leases and name_relays the rest (see the
+// package documentation, Tables). Give each service its own name when
+// services share a database: an outbox is one service's, its relays
+// publish to one topic, and [Relay.Run] refuses a relay of another. The
+// default is [DefaultTable]; name must be 1 to 47 of [a-z0-9_], not
+// starting with a digit.
+func WithTable(name string) Option {
+	return func(c *config) error {
+		if !tableRE.MatchString(name) {
+			return fmt.Errorf("%w: WithTable(%q): want 1 to 47 of [a-z0-9_], not starting with a digit", ErrInvalidConfig, name)
+		}
+		c.table = name
+		return nil
+	}
 }
 
 // defaultShards is the shard count of an outbox created without
@@ -79,7 +107,7 @@ func New(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) (*Outbox, e
 	if d != SQLite && d != PostgreSQL {
 		return nil, fmt.Errorf("%w: unknown dialect %v", ErrInvalidConfig, d)
 	}
-	var cfg config
+	cfg := config{table: DefaultTable}
 	for i, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("%w: option %d is nil", ErrInvalidConfig, i)
@@ -88,15 +116,60 @@ func New(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) (*Outbox, e
 			return nil, err
 		}
 	}
-	o := &Outbox{db: db, d: d}
+	o := &Outbox{db: db, d: d, t: tablesOf(cfg.table)}
+	if err := o.probe(ctx); err != nil {
+		return nil, err
+	}
 	if err := o.create(ctx, cfg); err != nil {
 		return nil, err
 	}
-	o.number = d.q(`INSERT INTO ` + tableKeys + ` (key, last) VALUES (?, 1)
-		ON CONFLICT (key) DO UPDATE SET last = ` + tableKeys + `.last + 1
-		WHERE ` + tableKeys + `.last < 4294967295 RETURNING last`)
-	o.insert = d.q(`INSERT INTO ` + tableEvents + ` (key, seq, shard, data, headers, created) VALUES (?, ?, ?, ?, ?, ?)`)
+	o.number = d.q(`INSERT INTO ` + o.t.keys + ` (key, last) VALUES (?, 1)
+		ON CONFLICT (key) DO UPDATE SET last = ` + o.t.keys + `.last + 1
+		WHERE ` + o.t.keys + `.last < 4294967295 RETURNING last`)
+	o.insert = d.q(`INSERT INTO ` + o.t.events + ` (key, seq, shard, data, headers, created) VALUES (?, ?, ?, ?, ?, ?)`)
 	return o, nil
+}
+
+// probe checks that the database answers, and as d.
+func (o *Outbox) probe(ctx context.Context) error {
+	if err := o.db.PingContext(ctx); err != nil {
+		return &DBError{Op: "connect", Err: err}
+	}
+	var v string
+	if err := o.db.QueryRowContext(ctx, o.d.probe()).Scan(&v); err != nil {
+		return fmt.Errorf("%w: the database does not answer as %v (%v): is the Dialect the database's?", ErrInvalidConfig, o.d, err)
+	}
+	return nil
+}
+
+// checkShape checks that the tables have the outbox's columns: a table of
+// the same name made by another program is refused, not written into.
+func (o *Outbox) checkShape(ctx context.Context, tx *sql.Tx, want map[string][]string) error {
+	for table, cols := range want {
+		rs, err := tx.QueryContext(ctx, o.d.columnsQuery(), table)
+		if err != nil {
+			return &DBError{Op: "read the tables' columns", Err: err}
+		}
+		var got []string
+		for rs.Next() {
+			var c string
+			if err := rs.Scan(&c); err != nil {
+				rs.Close()
+				return &DBError{Op: "read the tables' columns", Err: err}
+			}
+			got = append(got, strings.ToLower(c))
+		}
+		rs.Close()
+		if err := rs.Err(); err != nil {
+			return &DBError{Op: "read the tables' columns", Err: err}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, cols) {
+			return fmt.Errorf("%w: table %s has the columns (%s), not an outbox's (%s): name the outbox's tables with WithTable",
+				ErrInvalidConfig, table, strings.Join(got, ", "), strings.Join(cols, ", "))
+		}
+	}
+	return nil
 }
 
 // create makes the tables and reads, or records, what every process
@@ -112,9 +185,18 @@ func (o *Outbox) create(ctx context.Context, cfg config) error {
 			return &DBError{Op: "lock the schema", Err: err}
 		}
 	}
-	for _, stmt := range o.d.schema() {
+	stmts, columns := o.d.schema(o.t)
+	for _, stmt := range stmts {
 		if _, err := tx.ExecContext(ctx, stmt); err != nil {
 			return &DBError{Op: "create the tables", Err: err}
+		}
+	}
+	if err := o.checkShape(ctx, tx, columns); err != nil {
+		return err
+	}
+	if o.d == PostgreSQL {
+		if err := o.createTrigger(ctx, tx); err != nil {
+			return err
 		}
 	}
 	shards := cfg.shards
@@ -128,8 +210,8 @@ func (o *Outbox) create(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	if o.shards, err = strconv.Atoi(recorded); err != nil || o.shards < 1 {
-		return &DBError{Op: "read the shard count", Err: fmt.Errorf("recorded as %q", recorded)}
+	if o.shards, err = strconv.Atoi(recorded); err != nil || o.shards < 1 || o.shards > MaxShards {
+		return fmt.Errorf("%w: the outbox's shard count is recorded as %q, not 1 to %d", ErrInvalidConfig, recorded, MaxShards)
 	}
 	if cfg.shards != 0 && cfg.shards != o.shards {
 		return fmt.Errorf("%w: WithShards(%d), but the outbox was created with %d shards", ErrInvalidConfig, cfg.shards, o.shards)
@@ -140,15 +222,36 @@ func (o *Outbox) create(ctx context.Context, cfg config) error {
 	return nil
 }
 
+// createTrigger makes the trigger that wakes relays at commit, unless it
+// is there (PostgreSQL).
+func (o *Outbox) createTrigger(ctx context.Context, tx *sql.Tx) error {
+	function, trigger := notify(o.t)
+	if _, err := tx.ExecContext(ctx, function); err != nil {
+		return &DBError{Op: "create the notify function", Err: err}
+	}
+	var n int
+	err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_trigger WHERE tgname = $1 AND tgrelid = $2::regclass`,
+		o.t.events+"_notify", o.t.events).Scan(&n)
+	if err != nil {
+		return &DBError{Op: "look for the notify trigger", Err: err}
+	}
+	if n == 0 {
+		if _, err := tx.ExecContext(ctx, trigger); err != nil {
+			return &DBError{Op: "create the notify trigger", Err: err}
+		}
+	}
+	return nil
+}
+
 // shared records value under name unless a value is recorded already, and
 // returns the recorded one.
 func (o *Outbox) shared(ctx context.Context, tx *sql.Tx, name, value string) (string, error) {
-	ins := o.d.q(`INSERT INTO ` + tableMeta + ` (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING`)
+	ins := o.d.q(`INSERT INTO ` + o.t.meta + ` (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING`)
 	if _, err := tx.ExecContext(ctx, ins, name, value); err != nil {
 		return "", &DBError{Op: "record the " + name, Err: err}
 	}
 	var got string
-	sel := o.d.q(`SELECT value FROM ` + tableMeta + ` WHERE name = ?`)
+	sel := o.d.q(`SELECT value FROM ` + o.t.meta + ` WHERE name = ?`)
 	if err := tx.QueryRowContext(ctx, sel, name).Scan(&got); err != nil {
 		return "", &DBError{Op: "read the " + name, Err: err}
 	}
@@ -186,10 +289,13 @@ func (o *Outbox) Shards() int { return o.shards }
 // auto-increment ID can. Writers of different keys do not wait for each
 // other, except as the database serialises writers anyway (SQLite).
 //
-// Bad input is refused before anything is written, with a typed error:
-// [ErrNilTx], [ErrNoKey], or the [*publisher.ValidationError] that
-// [publisher.Publisher.Publish] would return for msg with key and a stamp
-// (P6, [publisher.Check]): a key the service refuses, a stamp header, an
+// Bad input is refused before any statement, with a typed error, and tx
+// stays as it was: [ErrNilTx], [ErrNoKey], a [*publisher.ValidationError]
+// matching [ErrKeyNUL] for a key with a NUL byte, which neither database
+// stores, or the [*publisher.ValidationError] that
+// [publisher.Publisher.Publish] would return for msg with key, a stamp and
+// its signature ([WithStampKey], [ordering.SignatureSize]) (P6,
+// [publisher.Check]): a key the service refuses, a stamp header, an
 // attribute or a size over the limits. Add returns a [*DBError] if the
 // database refuses a statement; the caller should then roll tx back.
 // msg's [ordering.Header] header, if any, is ignored: key is the key.
@@ -200,7 +306,13 @@ func (o *Outbox) Add(ctx context.Context, tx *sql.Tx, key string, msg *publisher
 	if key == "" {
 		return ErrNoKey
 	}
+	if strings.IndexByte(key, 0) >= 0 {
+		return &publisher.ValidationError{Key: truncate(key), Err: ErrKeyNUL, Detail: "neither database stores a NUL byte in text"}
+	}
 	if err := publisher.Check(msg, key); err != nil {
+		return err
+	}
+	if err := publisher.Check(signed(msg), key); err != nil {
 		return err
 	}
 	headers, err := encodeHeaders(msg.Headers)
@@ -218,7 +330,34 @@ func (o *Outbox) Add(ctx context.Context, tx *sql.Tx, key string, msg *publisher
 	if _, err := tx.ExecContext(ctx, o.insert, key, n, shard, msg.Data, headers, time.Now().UnixNano()); err != nil {
 		return &DBError{Op: "insert the event", Err: err}
 	}
+	o.wakers.wake()
 	return nil
+}
+
+// signed returns msg with room for a relay's signature
+// ([WithStampKey]): a placeholder of its size, in a copy of the headers,
+// so that Check counts it.
+func signed(msg *publisher.Message) *publisher.Message {
+	if msg == nil {
+		return nil
+	}
+	h := make(map[string]string, len(msg.Headers)+1)
+	for k, v := range msg.Headers {
+		h[k] = v
+	}
+	h[ordering.SignatureAttribute] = sigPlaceholder
+	return &publisher.Message{Data: msg.Data, Headers: h}
+}
+
+// sigPlaceholder is as long as a signature's text.
+var sigPlaceholder = strings.Repeat("x", (ordering.SignatureBytes*8+5)/6)
+
+// truncate cuts a key to 64 bytes for an error, as the publisher does.
+func truncate(key string) string {
+	if len(key) > 64 {
+		return key[:64]
+	}
+	return key
 }
 
 // encodeHeaders writes headers, less the ordering key's header, as JSON;

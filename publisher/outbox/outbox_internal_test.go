@@ -65,7 +65,6 @@ func TestHeadersRoundTrip(t *testing.T) {
 
 func TestInList(t *testing.T) {
 	t.Parallel()
-	assert.Equal(t, "shard IN (3)", inList(map[int]bool{3: true}))
-	got := inList(map[int]bool{1: true, 2: true})
-	assert.Contains(t, []string{"shard IN (1,2)", "shard IN (2,1)"}, got)
+	assert.Equal(t, "shard IN (3)", inList([]int{3}))
+	assert.Equal(t, "shard IN (1,2)", inList([]int{1, 2}))
 }

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -63,23 +64,27 @@ func (r *Relay) ID() string { return r.id }
 func (r *Relay) Stats() Stats { return r.rec.stats() }
 
 // Run publishes the outbox's events of the shards the relay holds until
-// ctx ends, and returns nil then, or [ErrRunning] if another Run of r is
-// under way.
+// ctx ends, and returns nil then, [ErrRunning] if another Run of r is
+// under way, or [publisher.ErrClosed] once it finds its publisher closed.
 //
-// Each round reads up to [WithBatchSize] pending events of its shards,
-// the oldest numbers of each key first, and publishes each key's run of
-// events, in number order, with [publisher.WithOrderingKey]; one run per
-// key is in flight at a time, and many keys at once. When a run's results
-// are in, it deletes the events the service took: a prefix of the run,
-// since a failure fails the key's tail with it (P4). What failed stays
-// and is sent again, after a backoff of the key's, from its first failed
+// Run reads its shards' pending events in key and number order, a page of
+// [WithBatchSize] at a time while it has room, and publishes each key's
+// events, in number order, with [publisher.WithOrderingKey]: each behind
+// the one before, [publisher.WithAfter] it, the key's next events behind
+// those in flight, and many keys at once. It reads when woken (by
+// [Outbox.Add] in this process, by a [WithListener]) and every
+// [WithPollInterval]. When results are in, it deletes the events the
+// service took, in one statement for all the keys: a prefix of each key's,
+// since a failure fails the key's tail with it (P4). What failed stays and
+// is sent again, after a backoff of the key's, from its first failed
 // number: never a later number before an earlier one, and never a number
 // skipped.
 //
-// Database errors are logged and tried again on the next round. Once ctx
-// ends, Run publishes nothing new, waits up to [WithDrainTimeout] for the
-// results in flight and deletes what they took, gives up its leases so
-// that another relay takes its shards at once, and returns after every
+// A row it cannot publish (see [Stats].Invalid) sets its key aside, with a
+// backoff; database errors are logged and tried again. Once ctx ends, Run
+// publishes nothing new, waits up to [WithDrainTimeout] for the results
+// in flight and deletes what they took, gives up its leases so that
+// another relay takes its shards at once, and returns after every
 // goroutine it started has exited.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
@@ -90,18 +95,29 @@ func (r *Relay) Run(ctx context.Context) error {
 	ru := newRun(r)
 	defer ru.wg.Wait()
 	defer ru.stopWaiting()
+	hint, unhint := r.o.wakers.add()
+	defer unhint()
+	lis := listening{l: r.cfg.listener, channel: r.o.t.channel, rec: r.rec}
+	defer lis.stop()
+	lis.start(ctx)
 	ru.leaseRound(ctx)
 	leaseTick := time.NewTicker(r.cfg.lease / 3)
 	defer leaseTick.Stop()
 	poll := time.NewTimer(0)
 	defer poll.Stop()
+	// After a wake from Add, whose transaction commits later, the relay
+	// looks 1, 2, 4... ms later, until it finds something to publish or
+	// the poll interval is near; soonStep is 0 when no look is due.
+	soon, soonStep := time.NewTimer(time.Hour), time.Duration(0)
+	soon.Stop()
+	defer soon.Stop()
 	// Results that come in together are settled together, in one
-	// transaction: a settle waits up to settleDelay for more.
+	// statement: a settle waits up to settleDelay for more.
 	settleSoon := time.NewTimer(time.Hour)
 	settleSoon.Stop()
 	defer settleSoon.Stop()
 	var ready []*batch
-	for {
+	for !ru.closed {
 		select {
 		case <-ctx.Done():
 			ru.settle(ctx, ready)
@@ -112,7 +128,7 @@ func (r *Relay) Run(ctx context.Context) error {
 				settleSoon.Reset(settleDelay)
 			}
 			ready = ru.collect(ready, b)
-			if len(ready) == len(ru.inflight) { // nothing more to wait for
+			if len(ready) == ru.batchesInFlight() { // nothing more to wait for
 				settleSoon.Stop()
 				ready = ru.settleAndRead(ctx, ready)
 			}
@@ -121,16 +137,111 @@ func (r *Relay) Run(ctx context.Context) error {
 		case <-poll.C:
 			ru.read(ctx)
 			poll.Reset(r.cfg.poll)
+		case <-hint:
+			if soonStep == 0 { // else a look is due already
+				soonStep = time.Millisecond
+				soon.Reset(soonStep)
+			}
+		case <-soon.C:
+			// Until the look finds the commit, or gives up to the poll.
+			if ru.read(ctx) || 2*soonStep >= r.cfg.poll {
+				soonStep = 0
+			} else {
+				soonStep *= 2
+				soon.Reset(soonStep)
+			}
+		case _, ok := <-lis.ch:
+			if !ok {
+				lis.ended()
+				continue
+			}
+			ru.read(ctx)
 		case <-leaseTick.C:
 			ru.leaseRound(ctx)
+			lis.restart(ctx)
 		}
+	}
+	ru.settle(ctx, ready)
+	ru.drain()
+	return publisher.ErrClosed
+}
+
+// batchesInFlight counts the batches whose results are awaited.
+func (ru *run) batchesInFlight() int {
+	n := 0
+	for _, c := range ru.keys {
+		n += c.batches
+	}
+	return n
+}
+
+// settleAndRead settles ready, goes on with a pass that waited for room,
+// and returns ready emptied.
+func (ru *run) settleAndRead(ctx context.Context, ready []*batch) []*batch {
+	ru.settle(ctx, ready)
+	if ru.pass != nil {
+		ru.read(ctx)
+	}
+	return ready[:0]
+}
+
+// listening runs a relay's [Listener], if it has one.
+type listening struct {
+	l       Listener
+	channel string
+	rec     *recorder
+	ch      <-chan struct{} // nil while not listening
+	cancel  context.CancelFunc
+	down    bool // the listener failed or ended: start it again
+}
+
+func (li *listening) start(ctx context.Context) {
+	if li.l == nil {
+		return
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	ch, err := li.l(lctx, li.channel)
+	if err != nil || ch == nil {
+		cancel()
+		if ctx.Err() == nil {
+			li.rec.dbFailed("listen for commits", fmt.Errorf("listener: %v", err))
+		}
+		li.down = true
+		return
+	}
+	li.ch, li.cancel, li.down = ch, cancel, false
+}
+
+// ended notes that the listener closed its channel.
+func (li *listening) ended() {
+	li.cancel()
+	li.ch, li.down = nil, true
+	li.rec.dbFailed("listen for commits", errors.New("the listener stopped"))
+}
+
+// restart starts the listener again if it is down.
+func (li *listening) restart(ctx context.Context) {
+	if li.down && ctx.Err() == nil {
+		li.start(ctx)
 	}
 }
 
-// settleAndRead settles ready, reads what there is room for, and returns
-// ready emptied.
-func (ru *run) settleAndRead(ctx context.Context, ready []*batch) []*batch {
-	ru.settle(ctx, ready)
-	ru.read(ctx)
-	return ready[:0]
+// stop stops the listener and waits, a while, for its channel to close.
+func (li *listening) stop() {
+	if li.ch == nil {
+		return
+	}
+	li.cancel()
+	t := time.NewTimer(stmtTimeout)
+	defer t.Stop()
+	for {
+		select {
+		case _, ok := <-li.ch:
+			if !ok {
+				return
+			}
+		case <-t.C:
+			return
+		}
+	}
 }
