@@ -85,7 +85,7 @@
 // a request, the service's limits, in requests of their own. A key with
 // nothing in flight lingers before its first request, so that the messages
 // published right after its first go with it: until about 1 ms passes
-// without a new message of the key, and at most 5 ms. Unordered messages
+// without a Publish call, and at most 5 ms. Unordered messages
 // batch alike, with any number of requests in flight.
 //
 // At most 100 requests are in flight per connection of the client's pool
