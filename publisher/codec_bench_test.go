@@ -32,7 +32,7 @@ func BenchmarkStampCost(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				var r Result
-				if _, err := p.prepare(&Message{Data: data, Headers: headers}, "customer-1", &r.msg); err != nil {
+				if _, err := p.prepare(&Message{Data: data, Headers: headers}, "customer-1", &r.msg, nil); err != nil {
 					b.Fatal(err)
 				}
 				if stamped {

@@ -101,10 +101,17 @@
 // at most the publish Timeout; it is compressed with gzip when asked, and
 // carries the client's x-goog-pubsub-client-telemetry header. The client's
 // gRPC interceptors and OpenTelemetry gRPC instrumentation see every
-// request. The official Publisher's own spans (a create span per message,
-// linked to a publish RPC span per batch, with
-// EnableOpenTelemetryTracing) and its OpenCensus views are not made:
-// [WithMeterProvider]'s metrics stand for them.
+// request. On a client made with EnableOpenTelemetryTracing, each message
+// has the official Publisher's "<topic ID> create" span, a producer span
+// that is a child of the span in Publish's ctx and ends with the message's
+// ID or its error, and carries its trace context in its attributes
+// (googclient_traceparent, as the official client injects it), so that a
+// subscriber's spans join the publisher's trace. Those attributes count
+// against the message's limits. A message sent again by [Publisher.Retry]
+// keeps the trace context of its first Publish. The official Publisher's
+// other spans (flow control, batching, the publish RPC span per batch)
+// and its OpenCensus views are not made: [WithMeterProvider]'s metrics
+// stand for them.
 //
 // [Publisher.Flush] sends what lingers now and waits for the results;
 // [Publisher.Close] does the same and stops the publisher. Both are
