@@ -33,10 +33,11 @@ var checker = &Publisher{
 // a message within a few hundred bytes of the 10 MB limit that a given
 // Publisher would take. A Publisher [WithStampKey] takes one attribute
 // and [ordering.SignatureSize] bytes less than Check allows, for the
-// signature. A stamp header in msg is refused, as a stamped
+// signature, and one on a client that traces (EnableOpenTelemetryTracing)
+// one or two attributes less, and their bytes, for the trace context. A stamp header in msg is refused, as a stamped
 // Publisher refuses it. Check does not allocate unless msg has headers.
 func Check(msg *Message, key string) error {
 	var out pubsubpb.PubsubMessage
-	_, err := checker.prepare(msg, key, &out)
+	_, err := checker.prepare(msg, key, &out, nil)
 	return err
 }

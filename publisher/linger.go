@@ -2,17 +2,20 @@ package publisher
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // A key with nothing in flight lingers before its first request, so that
-// the messages published right after its first go with it: a burst's
-// key then costs one request, not one for its first message and one for
-// the rest. The linger adapts: the lingers are looked at every
-// lingerTick, and a key is sent at the first look that finds no new
-// message since the last, or once it has lingered for lingerMax (or
-// DelayThreshold, if shorter). A lone message waits one to two ticks; a
-// key still being published waits until its burst is over, up to the cap.
+// the messages published right after its first go with it: a burst's key
+// then costs one request, not one for its first message and one for the
+// rest. The linger adapts: the lingers are looked at every lingerTick,
+// and a key is sent at the first look that finds no Publish call of the
+// publisher since the last, or once it has lingered for lingerMax (or
+// DelayThreshold, if shorter). A lone message waits one to two ticks;
+// under a burst, whose keys take turns (each of 200 keys round-robin gets
+// a message every 200 calls, which may be longer than a tick), a key
+// waits until the burst is over, up to the cap.
 const (
 	lingerTick = time.Millisecond
 	lingerMax  = 5 * time.Millisecond
@@ -21,13 +24,12 @@ const (
 // lingerState is a queue's linger; guarded by its shard's mutex.
 type lingerState struct {
 	since time.Duration // when it began, by recorder.now
-	seen  int           // len(pending) at the last look
 	gen   uint32        // counts the lingers of the queue, to tell a stale entry
 }
 
 // start begins a linger at now.
 func (l *lingerState) start(now time.Duration) {
-	l.since, l.seen = now, 0
+	l.since = now
 	l.gen++
 }
 
@@ -44,6 +46,11 @@ type lingers struct {
 	armed bool        // guarded by mu
 	// closed is set by Close: every linger ends, and none begins.
 	closed bool // guarded by mu
+	// calls counts the publisher's Publish calls that queued a message
+	// (enqueue adds), and seen is its value at the last tick; guarded by
+	// mu.
+	calls atomic.Uint64
+	seen  uint64
 }
 
 type lingerEntry struct {
@@ -81,9 +88,12 @@ func (l *lingers) tick() {
 		return
 	}
 	now := l.p.rec.now()
+	calls := l.calls.Load()
+	busy := calls != l.seen
+	l.seen = calls
 	kept := l.list[:0]
 	for _, e := range l.list {
-		if l.look(e, now) {
+		if l.look(e, now, busy) {
 			kept = append(kept, e)
 		}
 	}
@@ -99,16 +109,16 @@ func (l *lingers) tick() {
 	l.timer.Reset(l.p.lingerTick)
 }
 
-// look is tick's look at e at now: it reports whether e lingers on.
-func (l *lingers) look(e lingerEntry, now time.Duration) bool {
+// look is tick's look at e at now, busy if the publisher was given
+// messages since the last tick: it reports whether e lingers on.
+func (l *lingers) look(e lingerEntry, now time.Duration, busy bool) bool {
 	q := e.q
 	q.sh.mu.Lock()
 	defer q.sh.mu.Unlock()
 	if q.state != lingering || q.linger.gen != e.gen {
 		return false
 	}
-	if n := len(q.pending); n != q.linger.seen && now-q.linger.since < l.p.lingerFor {
-		q.linger.seen = n
+	if busy && now-q.linger.since < l.p.lingerFor {
 		return true
 	}
 	l.p.makeReady(q)

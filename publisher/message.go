@@ -35,11 +35,12 @@ type Message struct {
 	Headers map[string]string
 }
 
-// prepare resolves msg's ordering key (P1), checks it against the service's
-// limits (P6), and writes the message a request carries into out. It
-// returns the message's encoded size, for flow control, or a
-// *ValidationError for bad input, and then leaves out as it was.
-func (p *Publisher) prepare(msg *Message, callKey string, out *pubsubpb.PubsubMessage) (size int32, err error) {
+// prepare resolves msg's ordering key (P1), adds the trace context tf to
+// its attributes, checks it against the service's limits (P6), and writes
+// the message a request carries into out. It returns the message's
+// encoded size, for flow control, or a *ValidationError for bad input,
+// and then leaves out as it was.
+func (p *Publisher) prepare(msg *Message, callKey string, out *pubsubpb.PubsubMessage, tf traceFields) (size int32, err error) {
 	if msg == nil {
 		return 0, &ValidationError{Err: ErrNilMessage}
 	}
@@ -57,19 +58,23 @@ func (p *Publisher) prepare(msg *Message, callKey string, out *pubsubpb.PubsubMe
 	if p.stamped(key) {
 		stamp, stampBytes = p.stamps.attrs, p.stamps.bound
 	}
+	traced := len(tf) / 2
 	attrs, own := msg.Headers, false
 	if _, ok := attrs[ordering.Header]; ok {
 		// The key never travels as an attribute (P2). Copy rather than
 		// delete: the caller's map is not ours to change.
-		attrs, own = make(map[string]string, len(msg.Headers)-1+stamp), true
+		attrs, own = make(map[string]string, len(msg.Headers)-1+stamp+traced), true
 		for k, v := range msg.Headers {
 			if k != ordering.Header {
 				attrs[k] = v
 			}
 		}
 	}
-	if len(attrs)+stamp > MaxAttributes {
-		if stamp > 0 {
+	if len(attrs)+stamp+traced > MaxAttributes {
+		switch {
+		case traced > 0:
+			return invalid(ErrTooManyAttributes, "%d, the stamp's %d and the trace context's %d, limit %d", len(attrs), stamp, traced, MaxAttributes)
+		case stamp > 0:
 			return invalid(ErrTooManyAttributes, "%d and the stamp's %d, limit %d", len(attrs), stamp, MaxAttributes)
 		}
 		return invalid(ErrTooManyAttributes, "%d, limit %d", len(attrs), MaxAttributes)
@@ -101,6 +106,24 @@ func (p *Publisher) prepare(msg *Message, callKey string, out *pubsubpb.PubsubMe
 			return invalid(ErrAttributeNotUTF8, "value of %q", k)
 		}
 		bound += fieldBound(fieldBound(len(k)) + fieldBound(len(v)))
+	}
+	if traced > 0 {
+		// The trace context's keys start with "goog", which the loop
+		// above refuses in the caller's headers: they are added after
+		// it, to a map of the message's own (the official client clones
+		// the attributes too).
+		if !own || attrs == nil {
+			attrs, own = cloneWithRoom(attrs, stamp+traced), true
+		}
+		for i := 0; i < len(tf); i += 2 {
+			if len(tf[i+1]) > MaxAttributeValueBytes {
+				// A tracestate the service would refuse, with the
+				// whole request.
+				return invalid(ErrAttributeValueTooLong, "value of %q, the trace context, is %d bytes, limit %d", tf[i], len(tf[i+1]), MaxAttributeValueBytes)
+			}
+			attrs[tf[i]] = tf[i+1]
+			bound += fieldBound(fieldBound(len(tf[i])) + fieldBound(len(tf[i+1])))
+		}
 	}
 	n := bound
 	if bound > p.maxBytes {

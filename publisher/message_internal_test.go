@@ -48,12 +48,12 @@ func TestMessageSizeLimitIsExact(t *testing.T) {
 			n++
 		}
 		var out pubsubpb.PubsubMessage
-		_, err := p.prepare(&Message{Data: make([]byte, n), Headers: tc.attrs}, tc.key, &out)
+		_, err := p.prepare(&Message{Data: make([]byte, n), Headers: tc.attrs}, tc.key, &out, nil)
 		require.NoError(t, err, "at the limit, key %q", tc.key)
 		req := &pubsubpb.PublishRequest{Topic: topic, Messages: []*pubsubpb.PubsubMessage{{Data: make([]byte, n), Attributes: tc.attrs, OrderingKey: tc.key}}}
 		assert.LessOrEqual(t, proto.Size(req), int(pubsub.MaxPublishRequestBytes))
 
-		_, err = p.prepare(&Message{Data: make([]byte, n+1), Headers: tc.attrs}, tc.key, &out)
+		_, err = p.prepare(&Message{Data: make([]byte, n+1), Headers: tc.attrs}, tc.key, &out, nil)
 		require.ErrorIs(t, err, ErrMessageTooLarge, "one byte over, key %q", tc.key)
 	}
 }
@@ -82,23 +82,23 @@ func TestStampCountsAgainstSize(t *testing.T) {
 		n++
 	}
 	var out pubsubpb.PubsubMessage
-	_, err := p.prepare(&Message{Data: make([]byte, n)}, "k", &out)
+	_, err := p.prepare(&Message{Data: make([]byte, n)}, "k", &out, nil)
 	require.ErrorIs(t, err, ErrMessageTooLarge, "fits only without the stamp")
-	_, err = p.prepare(&Message{Data: make([]byte, n)}, "", &out)
+	_, err = p.prepare(&Message{Data: make([]byte, n)}, "", &out, nil)
 	require.NoError(t, err, "an unkeyed message is not stamped")
 
 	// The largest that passes with the stamp, stamped with the largest
 	// number, still fits a request.
 	m := n - p.stamps.bound
 	for {
-		_, err := p.prepare(&Message{Data: make([]byte, m+1)}, "k", &out)
+		_, err := p.prepare(&Message{Data: make([]byte, m+1)}, "k", &out, nil)
 		if err != nil {
 			require.ErrorIs(t, err, ErrMessageTooLarge)
 			break
 		}
 		m++
 	}
-	_, err = p.prepare(&Message{Data: make([]byte, m)}, "k", &out)
+	_, err = p.prepare(&Message{Data: make([]byte, m)}, "k", &out, nil)
 	require.NoError(t, err)
 	attrs := map[string]string{}
 	ordering.Stamp{Producer: p.stamps.producer, Seq: ordering.MakeSeq(maxEpoch, math.MaxUint32)}.Put(attrs)
@@ -119,7 +119,7 @@ func TestSignatureCountsAgainstSize(t *testing.T) {
 		var out pubsubpb.PubsubMessage
 		n := p.maxBytes - 2*p.stamps.bound
 		for {
-			if _, err := p.prepare(&Message{Data: make([]byte, n+1)}, "k", &out); err != nil {
+			if _, err := p.prepare(&Message{Data: make([]byte, n+1)}, "k", &out, nil); err != nil {
 				require.ErrorIs(t, err, ErrMessageTooLarge)
 				return n
 			}

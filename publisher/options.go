@@ -64,8 +64,8 @@ func WithDefaultOrderingKey(key string) Option {
 //     official client's bundles, and send a lingering key once its
 //     messages reach either; 0 means the service's limit.
 //   - DelayThreshold caps a key's linger, at most 5 ms: the publisher
-//     sends a key once about 1 ms passes without a new message of it,
-//     which is sooner than a fixed delay. 0 sends every key at once.
+//     sends a key once about 1 ms passes without a Publish call, which
+//     is sooner than a fixed delay. 0 sends every key at once.
 //   - Timeout bounds each request, its retries included; 0 means none.
 //   - NumGoroutines bounds the requests in flight, instead of 100 per
 //     connection.

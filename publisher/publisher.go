@@ -31,6 +31,10 @@ type Publisher struct {
 	maxBytes   int          // largest encoded message the service takes on this topic
 	flow       *flowControl // nil when the settings ask for no flow control
 	rec        *recorder    // metrics and logs (observe.go)
+	// traces is set when the client was made with
+	// EnableOpenTelemetryTracing: each message then has a create span,
+	// and carries its trace context in its attributes (trace.go).
+	traces bool
 
 	// The batching (WithPublishSettings): a request carries at most
 	// countThreshold messages and byteThreshold bytes (0: no limit but
@@ -119,6 +123,7 @@ func New(client *pubsub.Client, topicID string, opts ...Option) (*Publisher, err
 		seed:       maphash.MakeSeed(),
 		done:       make(chan struct{}),
 		maxBytes:   maxMessageBytes(topic),
+		traces:     clientTraces(client),
 
 		countThreshold: maxRequestCount,
 		lingerFor:      min(settings.DelayThreshold, lingerMax),
@@ -194,9 +199,18 @@ func (p *Publisher) Publish(ctx context.Context, msg *Message, opts ...PublishOp
 	// The Result is made first and the message prepared in it, which
 	// saves copying the message, and a failure is reported in it too.
 	r := &Result{start: p.rec.now()}
-	size, err := p.prepare(msg, callKey, &r.msg)
+	var tf traceFields
+	if p.traces {
+		// The span's context goes in the attributes before prepare
+		// checks them: it counts against the message's limits (P6).
+		r.span, tf = p.startCreate(ctx, msg)
+	}
+	size, err := p.prepare(msg, callKey, &r.msg, tf)
 	if err != nil {
 		return p.refuse(r, err)
+	}
+	if r.span != nil {
+		r.span.keyed(r.msg.OrderingKey)
 	}
 	r.size = size
 	if p.flow != nil {

@@ -109,6 +109,7 @@ func (p *Publisher) enqueue(_ context.Context, r *Result, after *Result) {
 	}
 	q.pending = append(q.pending, r)
 	q.bytes += int64(r.size)
+	p.lingers.calls.Add(1)
 	linger, gen := p.wake(q), q.linger.gen
 	sh.mu.Unlock()
 	if linger {

@@ -56,6 +56,9 @@ type Result struct {
 	// start is when Publish (or Retry) was called, by recorder.now:
 	// for keyorder.publisher.publish.duration and the rate check.
 	start time.Duration
+	// span is the message's create span when the client traces
+	// (trace.go), ended when r becomes ready; nil otherwise.
+	span *createSpan
 }
 
 // Result states.
@@ -74,6 +77,7 @@ var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c
 // lets go of the message: the caller still has it, and Retry takes only
 // messages that failed in the service.
 func (r *Result) fail(err error) *Result {
+	r.endSpan("", err)
 	r.dropMessage()
 	r.msg.OrderingKey = ""
 	r.room = false
@@ -87,6 +91,7 @@ func (r *Result) fail(err error) *Result {
 // the failure a Result reports and the state of its key change together
 // (P4, P5).
 func (r *Result) resolve(id string, err error) {
+	r.endSpan(id, err)
 	outcome := published
 	if err != nil {
 		r.err, outcome = err, failed
@@ -97,6 +102,15 @@ func (r *Result) resolve(id string, err error) {
 		r.mu.Lock()
 		close(r.ch)
 		r.mu.Unlock()
+	}
+}
+
+// endSpan ends r's create span, if it has one, with its outcome, before
+// r becomes ready: whoever sees r ready finds the span ended.
+func (r *Result) endSpan(id string, err error) {
+	if r.span != nil {
+		r.span.end(id, err)
+		r.span = nil
 	}
 }
 

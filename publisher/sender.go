@@ -133,6 +133,7 @@ func (p *Publisher) sendNext(q *keyQueue) {
 // except for Internal "invalid UTF-8", which would fail again; within the
 // publish Timeout; compressed with gzip above CompressionBytesThreshold
 // when EnableCompression asks; and with the client's telemetry header.
+// The request is encoded by requestCodec.
 func (p *Publisher) publish(batch []*Result) ([]string, error) {
 	ctx := context.Background()
 	if p.timeout > 0 {
@@ -168,7 +169,7 @@ func callOptions(client *pubsub.Client) (plain, compressed []gax.CallOption) {
 	for _, o := range client.TopicAdminClient.CallOptions.Publish {
 		o.Resolve(&cs)
 	}
-	plain = []gax.CallOption{gax.WithGRPCOptions(grpc.MaxCallSendMsgSize(maxSendBytes))}
+	plain = []gax.CallOption{gax.WithGRPCOptions(grpc.MaxCallSendMsgSize(maxSendBytes), grpc.ForceCodecV2(newRequestCodec()))}
 	if retry := cs.Retry; retry != nil {
 		plain = append(plain, gax.WithRetry(func() gax.Retryer { return &publishRetryer{next: retry()} }))
 	}
