@@ -193,7 +193,7 @@ func TestDialectMismatchIsNamed(t *testing.T) {
 		other := map[outbox.Dialect]outbox.Dialect{outbox.SQLite: outbox.PostgreSQL, outbox.PostgreSQL: outbox.SQLite}[k.dialect]
 		_, err := outbox.New(ctx, k.open(t), other)
 		require.ErrorIs(t, err, outbox.ErrInvalidConfig)
-		assert.Contains(t, err.Error(), "does not answer as "+other.String())
+		assert.Contains(t, err.Error(), "dialect "+other.String()+", but the database is "+k.dialect.String())
 	})
 }
 

@@ -1,35 +1,22 @@
 package outbox
 
-import (
-	"fmt"
-
-	"github.com/keyorder/keyorder/internal/sqldb"
-)
+import "github.com/keyorder/keyorder/internal/sqldb"
 
 // A Dialect names the SQL database an [Outbox] runs on. The outbox speaks
 // only database/sql: the caller opens the *sql.DB with the driver of its
-// choice (modernc.org/sqlite, pgx's stdlib) and names its dialect.
-type Dialect int
+// choice (modernc.org/sqlite, pgx's stdlib) and names its dialect. It is
+// the inbox's type too: inbox.PostgreSQL and PostgreSQL are one value.
+type Dialect = sqldb.Dialect
 
 const (
 	// SQLite is SQLite 3.35 or later. Open it in WAL mode with a busy
 	// timeout, so that writers of several connections wait their turn;
 	// the outbox's writes take SQLite's one write lock like any other.
-	SQLite Dialect = iota + 1
+	SQLite = sqldb.SQLite
 	// PostgreSQL is PostgreSQL 13 or later, at any isolation level from
 	// READ COMMITTED (its default) up.
-	PostgreSQL
+	PostgreSQL = sqldb.PostgreSQL
 )
-
-func (d Dialect) String() string {
-	switch d {
-	case SQLite:
-		return "SQLite"
-	case PostgreSQL:
-		return "PostgreSQL"
-	}
-	return fmt.Sprintf("Dialect(%d)", int(d))
-}
 
 // tables are the names of an outbox's tables, made from the name
 // [WithTable] gives, keyorder_outbox by default. events holds the pending
@@ -50,7 +37,7 @@ func tablesOf(name string) tables {
 // schema returns the statements that create the tables if missing, and
 // the columns each must have. Numbers are BIGINT, which both take; data
 // is the one column whose type differs.
-func (d Dialect) schema(t tables) (stmts []string, columns map[string][]string) {
+func schema(d Dialect, t tables) (stmts []string, columns map[string][]string) {
 	blob := "BLOB"
 	if d == PostgreSQL {
 		blob = "BYTEA"
@@ -85,23 +72,3 @@ func notify(t tables) (function, trigger string) {
 		` FOR EACH STATEMENT EXECUTE FUNCTION ` + t.events + `_notify()`
 	return function, trigger
 }
-
-// probe is a statement that only d answers, to name a Dialect that is not
-// the database's.
-func (d Dialect) probe() string {
-	if d == PostgreSQL {
-		return `SELECT current_setting('server_version_num')`
-	}
-	return `SELECT sqlite_version()`
-}
-
-// columnsQuery returns the names of a table's columns, in any order.
-func (d Dialect) columnsQuery() string {
-	if d == PostgreSQL {
-		return `SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1`
-	}
-	return `SELECT name FROM pragma_table_info(?)`
-}
-
-// q spells query, written with "?" placeholders, for d.
-func (d Dialect) q(query string) string { return sqldb.Rebind(d == PostgreSQL, query) }

@@ -81,23 +81,23 @@ func (ru *run) leaseRound(ctx context.Context) {
 // shards it holds: a lease that ran out and was taken is gone.
 func (ru *run) renew(ctx context.Context, now time.Time) error {
 	o, exp := ru.r.o, now.Add(ru.r.cfg.lease).UnixNano()
-	heartbeat := o.d.q(`INSERT INTO ` + o.t.relays + ` (id, expires) VALUES (?, ?)
+	heartbeat := o.d.Rebind(`INSERT INTO ` + o.t.relays + ` (id, expires) VALUES (?, ?)
 		ON CONFLICT (id) DO UPDATE SET expires = excluded.expires`)
 	if _, err := o.db.ExecContext(ctx, heartbeat, ru.r.id, exp); err != nil {
 		return err
 	}
-	if _, err := o.db.ExecContext(ctx, o.d.q(`UPDATE `+o.t.leases+` SET expires = ? WHERE owner = ?`), exp, ru.r.id); err != nil {
+	if _, err := o.db.ExecContext(ctx, o.d.Rebind(`UPDATE `+o.t.leases+` SET expires = ? WHERE owner = ?`), exp, ru.r.id); err != nil {
 		return err
 	}
 	// No row lives longer than a lease from now: a dead relay's whose
 	// clock ran ahead, or a forged one, would hold its shards, or count
 	// as a relay, for as long as it says.
 	for _, t := range []string{o.t.relays, o.t.leases} {
-		if _, err := o.db.ExecContext(ctx, o.d.q(`UPDATE `+t+` SET expires = ? WHERE expires > ?`), exp, exp); err != nil {
+		if _, err := o.db.ExecContext(ctx, o.d.Rebind(`UPDATE `+t+` SET expires = ? WHERE expires > ?`), exp, exp); err != nil {
 			return err
 		}
 	}
-	shards, err := ru.shards(ctx, o.d.q(`SELECT shard FROM `+o.t.leases+` WHERE owner = ?`), ru.r.id)
+	shards, err := ru.shards(ctx, o.d.Rebind(`SELECT shard FROM `+o.t.leases+` WHERE owner = ?`), ru.r.id)
 	if err != nil {
 		return err
 	}
@@ -134,11 +134,11 @@ func (ru *run) renew(ctx context.Context, now time.Time) error {
 func (ru *run) live(ctx context.Context, now time.Time) (int, error) {
 	o := ru.r.o
 	var n int
-	if err := o.db.QueryRowContext(ctx, o.d.q(`SELECT COUNT(*) FROM `+o.t.relays+` WHERE expires > ?`), now.UnixNano()).Scan(&n); err != nil {
+	if err := o.db.QueryRowContext(ctx, o.d.Rebind(`SELECT COUNT(*) FROM `+o.t.relays+` WHERE expires > ?`), now.UnixNano()).Scan(&n); err != nil {
 		return 0, err
 	}
 	forget := now.Add(-10 * ru.r.cfg.lease).UnixNano()
-	if _, err := o.db.ExecContext(ctx, o.d.q(`DELETE FROM `+o.t.relays+` WHERE expires < ?`), forget); err != nil {
+	if _, err := o.db.ExecContext(ctx, o.d.Rebind(`DELETE FROM `+o.t.relays+` WHERE expires < ?`), forget); err != nil {
 		return 0, err
 	}
 	return max(n, 1), nil
@@ -171,7 +171,7 @@ func (ru *run) shed(ctx context.Context, n int) {
 		busy[c.shard] = true
 	}
 	o := ru.r.o
-	q := o.d.q(`DELETE FROM ` + o.t.leases + ` WHERE shard = ? AND owner = ?`)
+	q := o.d.Rebind(`DELETE FROM ` + o.t.leases + ` WHERE shard = ? AND owner = ?`)
 	for s := range ru.leaving {
 		if busy[s] {
 			continue
@@ -191,7 +191,7 @@ func (ru *run) shed(ctx context.Context, n int) {
 func (ru *run) free(ctx context.Context, now time.Time) ([]int, error) {
 	o := ru.r.o
 	held := map[int]string{}
-	rs, err := o.db.QueryContext(ctx, o.d.q(`SELECT shard, owner FROM `+o.t.leases+` WHERE expires >= ?`), now.UnixNano())
+	rs, err := o.db.QueryContext(ctx, o.d.Rebind(`SELECT shard, owner FROM `+o.t.leases+` WHERE expires >= ?`), now.UnixNano())
 	if err == nil {
 		err = scanLeases(rs, held)
 	}
@@ -262,7 +262,7 @@ func (ru *run) repair(ctx context.Context) {
 		}
 		return
 	}
-	q := o.d.q(`UPDATE ` + o.t.events + ` SET shard = ? WHERE key = ? AND ` + bad)
+	q := o.d.Rebind(`UPDATE ` + o.t.events + ` SET shard = ? WHERE key = ? AND ` + bad)
 	for _, k := range keys {
 		res, err := o.db.ExecContext(ctx, q, ordering.Partition(k, o.shards), k)
 		if err != nil {
@@ -286,11 +286,11 @@ func (ru *run) grab(ctx context.Context, s int, now time.Time) (from string, ok 
 		return "", false, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	err = tx.QueryRowContext(ctx, o.d.q(`SELECT owner FROM `+o.t.leases+` WHERE shard = ?`), s).Scan(&from)
+	err = tx.QueryRowContext(ctx, o.d.Rebind(`SELECT owner FROM `+o.t.leases+` WHERE shard = ?`), s).Scan(&from)
 	if err != nil && err != sql.ErrNoRows {
 		return "", false, err
 	}
-	q := o.d.q(`INSERT INTO ` + o.t.leases + ` (shard, owner, expires) VALUES (?, ?, ?)
+	q := o.d.Rebind(`INSERT INTO ` + o.t.leases + ` (shard, owner, expires) VALUES (?, ?, ?)
 		ON CONFLICT (shard) DO UPDATE SET owner = excluded.owner, expires = excluded.expires
 		WHERE ` + o.t.leases + `.expires < ?`)
 	res, err := tx.ExecContext(ctx, q, s, ru.r.id, now.Add(ru.r.cfg.lease).UnixNano(), now.UnixNano())
@@ -370,10 +370,10 @@ func (ru *run) giveUp() {
 	ctx, cancel := context.WithTimeout(context.Background(), stmtTimeout)
 	defer cancel()
 	o := ru.r.o
-	if _, err := o.db.ExecContext(ctx, o.d.q(`DELETE FROM `+o.t.leases+` WHERE owner = ?`), ru.r.id); err != nil {
+	if _, err := o.db.ExecContext(ctx, o.d.Rebind(`DELETE FROM `+o.t.leases+` WHERE owner = ?`), ru.r.id); err != nil {
 		ru.r.rec.dbFailed("give up leases", err)
 	}
-	if _, err := o.db.ExecContext(ctx, o.d.q(`DELETE FROM `+o.t.relays+` WHERE id = ?`), ru.r.id); err != nil {
+	if _, err := o.db.ExecContext(ctx, o.d.Rebind(`DELETE FROM `+o.t.relays+` WHERE id = ?`), ru.r.id); err != nil {
 		ru.r.rec.dbFailed("leave the relays", err)
 	}
 	clear(ru.owned)

@@ -104,7 +104,7 @@ func New(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) (*Outbox, e
 	if db == nil {
 		return nil, fmt.Errorf("%w: nil *sql.DB", ErrInvalidConfig)
 	}
-	if d != SQLite && d != PostgreSQL {
+	if !d.Valid() {
 		return nil, fmt.Errorf("%w: unknown dialect %v", ErrInvalidConfig, d)
 	}
 	cfg := config{table: DefaultTable}
@@ -123,10 +123,10 @@ func New(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) (*Outbox, e
 	if err := o.create(ctx, cfg); err != nil {
 		return nil, err
 	}
-	o.number = d.q(`INSERT INTO ` + o.t.keys + ` (key, last) VALUES (?, 1)
+	o.number = d.Rebind(`INSERT INTO ` + o.t.keys + ` (key, last) VALUES (?, 1)
 		ON CONFLICT (key) DO UPDATE SET last = ` + o.t.keys + `.last + 1
 		WHERE ` + o.t.keys + `.last < 4294967295 RETURNING last`)
-	o.insert = d.q(`INSERT INTO ` + o.t.events + ` (key, seq, shard, data, headers, created) VALUES (?, ?, ?, ?, ?, ?)`)
+	o.insert = d.Rebind(`INSERT INTO ` + o.t.events + ` (key, seq, shard, data, headers, created) VALUES (?, ?, ?, ?, ?, ?)`)
 	return o, nil
 }
 
@@ -135,9 +135,8 @@ func (o *Outbox) probe(ctx context.Context) error {
 	if err := o.db.PingContext(ctx); err != nil {
 		return &DBError{Op: "connect", Err: err}
 	}
-	var v string
-	if err := o.db.QueryRowContext(ctx, o.d.probe()).Scan(&v); err != nil {
-		return fmt.Errorf("%w: the database does not answer as %v (%v): is the Dialect the database's?", ErrInvalidConfig, o.d, err)
+	if err := o.d.Check(ctx, o.db); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return nil
 }
@@ -146,7 +145,7 @@ func (o *Outbox) probe(ctx context.Context) error {
 // the same name made by another program is refused, not written into.
 func (o *Outbox) checkShape(ctx context.Context, tx *sql.Tx, want map[string][]string) error {
 	for table, cols := range want {
-		rs, err := tx.QueryContext(ctx, o.d.columnsQuery(), table)
+		rs, err := tx.QueryContext(ctx, o.d.ColumnsQuery(), table)
 		if err != nil {
 			return &DBError{Op: "read the tables' columns", Err: err}
 		}
@@ -185,7 +184,7 @@ func (o *Outbox) create(ctx context.Context, cfg config) error {
 			return &DBError{Op: "lock the schema", Err: err}
 		}
 	}
-	stmts, columns := o.d.schema(o.t)
+	stmts, columns := schema(o.d, o.t)
 	for _, stmt := range stmts {
 		if _, err := tx.ExecContext(ctx, stmt); err != nil {
 			return &DBError{Op: "create the tables", Err: err}
@@ -246,12 +245,12 @@ func (o *Outbox) createTrigger(ctx context.Context, tx *sql.Tx) error {
 // shared records value under name unless a value is recorded already, and
 // returns the recorded one.
 func (o *Outbox) shared(ctx context.Context, tx *sql.Tx, name, value string) (string, error) {
-	ins := o.d.q(`INSERT INTO ` + o.t.meta + ` (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING`)
+	ins := o.d.Rebind(`INSERT INTO ` + o.t.meta + ` (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING`)
 	if _, err := tx.ExecContext(ctx, ins, name, value); err != nil {
 		return "", &DBError{Op: "record the " + name, Err: err}
 	}
 	var got string
-	sel := o.d.q(`SELECT value FROM ` + o.t.meta + ` WHERE name = ?`)
+	sel := o.d.Rebind(`SELECT value FROM ` + o.t.meta + ` WHERE name = ?`)
 	if err := tx.QueryRowContext(ctx, sel, name).Scan(&got); err != nil {
 		return "", &DBError{Op: "read the " + name, Err: err}
 	}

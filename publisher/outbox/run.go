@@ -235,7 +235,7 @@ func (ru *run) query(ctx context.Context) ([]row, bool, error) {
 	}
 	q += ` ORDER BY key, seq LIMIT ?`
 	args = append(args, ru.r.cfg.batch)
-	rows, err := ru.scan(ctx, o.d.q(q), args...)
+	rows, err := ru.scan(ctx, o.d.Rebind(q), args...)
 	if err != nil {
 		return nil, false, err
 	}
@@ -401,7 +401,7 @@ func (ru *run) mark(ctx context.Context, groups [][]row) ([][]row, error) {
 			AND seq >= ` + perKey(len(chunk)) + ` AND seq <= ` + perKey(len(chunk)) + `
 			AND shard IN (SELECT shard FROM ` + o.t.leases + ` WHERE owner = ? AND expires > ?)`
 		args := append(append(append(keys, lo...), hi...), ru.r.id, time.Now().UnixNano())
-		res, err := o.db.ExecContext(ctx, o.d.q(q), args...)
+		res, err := o.db.ExecContext(ctx, o.d.Rebind(q), args...)
 		if err != nil {
 			return groups, err
 		}
@@ -614,7 +614,7 @@ func (ru *run) delete(ctx context.Context, bs []*batch) error {
 			return nil
 		}
 		q := `DELETE FROM ` + o.t.events + ` WHERE key IN (` + placeholders(len(keys)) + `) AND seq <= ` + perKey(len(keys))
-		_, err := o.db.ExecContext(ctx, o.d.q(q), append(keys, upto...)...)
+		_, err := o.db.ExecContext(ctx, o.d.Rebind(q), append(keys, upto...)...)
 		keys, upto = keys[:0], upto[:0]
 		return err
 	}

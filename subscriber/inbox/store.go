@@ -1,7 +1,6 @@
 package inbox
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/keyorder/keyorder/internal/sqldb"
@@ -10,7 +9,9 @@ import (
 // A Dialect names the SQL database an [Inbox] runs on. The inbox speaks
 // only database/sql: the caller opens the *sql.DB with the driver of its
 // choice (modernc.org/sqlite, pgx's stdlib adapter...) and names it here.
-type Dialect int
+// It is the outbox's type too: outbox.PostgreSQL and PostgreSQL are one
+// value.
+type Dialect = sqldb.Dialect
 
 const (
 	// SQLite, 3.35 or later. Its writers take turns on the whole
@@ -18,21 +19,11 @@ const (
 	// timeout, so that replicas wait for their turn rather than fail, and
 	// should set _txlock=immediate (modernc.org/sqlite), so that the
 	// caller's own transactions cannot deadlock on a lock upgrade.
-	SQLite Dialect = iota + 1
+	SQLite = sqldb.SQLite
 	// PostgreSQL, 9.5 or later, at any isolation level: the inbox locks
 	// the row of the message's (key, producer) with its first statement.
-	PostgreSQL
+	PostgreSQL = sqldb.PostgreSQL
 )
-
-func (d Dialect) String() string {
-	switch d {
-	case SQLite:
-		return "SQLite"
-	case PostgreSQL:
-		return "PostgreSQL"
-	}
-	return fmt.Sprintf("Dialect(%d)", int(d))
-}
 
 // schema is the inbox's two tables: one row per (key, producer), the
 // highest number applied and the gap its next message waits on, if any;

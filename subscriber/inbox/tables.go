@@ -113,31 +113,17 @@ func shape(ctx context.Context, tx *sql.Tx, d Dialect, name string, want []strin
 	return nil
 }
 
-// probes are a statement each dialect answers and the other refuses.
-var probes = map[Dialect]string{
-	SQLite:     `SELECT sqlite_version()`,
-	PostgreSQL: `SELECT current_setting('server_version')`,
-}
-
-// checkDialect asks db the question only d's database answers, so that
-// the wrong Dialect is named rather than found in a statement's syntax
-// error. When the other dialect's question is answered, the error says
-// so; when neither is, the database is not reached, and its error is
-// returned as it is.
+// checkDialect names the wrong Dialect rather than leaving it to be
+// found in a statement's syntax error.
 func checkDialect(ctx context.Context, db *sql.DB, d Dialect) error {
-	var version string
-	err := db.QueryRowContext(ctx, probes[d]).Scan(&version)
-	if err == nil {
-		return nil
+	err := d.Check(ctx, db)
+	if errors.Is(err, sqldb.ErrMismatch) {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	other := SQLite
-	if d == SQLite {
-		other = PostgreSQL
+	if err != nil {
+		return fmt.Errorf("keyorder/inbox: %w", err)
 	}
-	if db.QueryRowContext(ctx, probes[other]).Scan(&version) == nil {
-		return fmt.Errorf("%w: dialect %v, but the database is %v %s (%s: %v)", ErrInvalidConfig, d, other, version, probes[d], err)
-	}
-	return fmt.Errorf("keyorder/inbox: %s, asked of a database named %v: %w", probes[d], d, err)
+	return nil
 }
 
 // storable refuses a key or producer the table cannot hold: TEXT in
