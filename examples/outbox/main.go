@@ -21,14 +21,21 @@
 // account, with nothing lost, and every balance right. It exits non-zero
 // if any of that does not hold.
 //
+// With -stamp-key, the relays sign every stamp and the replicas verify
+// them, and -forge publishes forged stamps midway, which must change
+// nothing; with -hand-over, a first replica receives events and hands
+// them over before applying any.
+//
 //	go run ./examples/outbox                  # on SQLite files
 //	go run ./examples/outbox -postgres DSN    # on a PostgreSQL server
+//	go run ./examples/outbox -stamp-key $(openssl rand -hex 32) -forge
 //
 // Everything runs on an embedded ordering/orderingtest server.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -49,9 +56,18 @@ func main() {
 	flag.IntVar(&cfg.changes, "changes", cfg.changes, "changes per writer")
 	flag.IntVar(&cfg.accounts, "accounts", cfg.accounts, "accounts, one ordering key each")
 	flag.BoolVar(&cfg.emulatorRedelivery, "emulator-redelivery", false, "redeliver as Google's emulator does: a nacked or expired message by itself, in nack order")
+	stampKey := flag.String("stamp-key", "", "a key in hex, at least 16 bytes, to sign the stamps with (relays) and verify them (replicas)")
+	flag.BoolVar(&cfg.forge, "forge", false, "publish forged stamps midway, which the replicas must drop (needs -stamp-key)")
+	flag.BoolVar(&cfg.handOver, "hand-over", false, "start a replica that hands over the events it holds before applying any")
 	postgres := flag.String("postgres", "", "a PostgreSQL DSN to use (two schemas of it) instead of SQLite files")
 	flag.Parse()
 	exe, err := os.Executable()
+	if err == nil {
+		cfg.stampKey, err = parseStampKey(*stampKey)
+	}
+	if err == nil && cfg.forge && cfg.stampKey == nil {
+		err = errors.New("-forge needs -stamp-key: without signatures, a forged stamp is taken on trust")
+	}
 	if err == nil {
 		err = runMain(cfg, *postgres, exe)
 	}
@@ -102,6 +118,7 @@ func roleMain(args []string, log io.Writer) int {
 	fs.IntVar(&r.changes, "changes", 0, "changes to make (writer)")
 	fs.DurationVar(&r.pace, "pace", 0, "the writer's mean time between two changes")
 	fs.Uint64Var(&r.seed, "seed", 1, "the writer's random seed")
+	fs.BoolVar(&r.handOver, "hand-over", false, "a replica that hands over the events it holds before applying any")
 	timeout := fs.Duration("timeout", 4*time.Minute, "give up after this long")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -109,6 +126,12 @@ func roleMain(args []string, log io.Writer) int {
 	// The databases, whose DSNs may hold passwords, come through the
 	// environment: a command line is any local user's to read.
 	r.source, r.sink = os.Getenv(sourceEnv), os.Getenv(sinkEnv)
+	key, err := parseStampKey(os.Getenv(stampKeyEnv))
+	if err != nil {
+		fmt.Fprintf(log, "outbox %s %d: %v\n", r.name, r.id, err)
+		return 2
+	}
+	r.stampKey = key
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"io"
 	"os"
 	"os/exec"
@@ -55,7 +56,50 @@ func TestEndToEndEmulatorRedelivery(t *testing.T) {
 	endToEnd(t, true)
 }
 
+// TestEndToEndSigned runs the story with signed stamps: the relays sign
+// each stamp with a key made for the run, the replicas verify them, and
+// midway two messages are published as the outbox's, on a real account,
+// with a number far ahead, one unsigned and one signed with another key.
+// Every event the service stored must verify and neither forged message;
+// both must have reached a replica, which dropped them; and every event
+// must still be applied exactly once, in commit order: trusted, the
+// forged number would have made the account's next events copies.
+func TestEndToEndSigned(t *testing.T) {
+	endToEndWith(t, func(t *testing.T, cfg *config) {
+		cfg.stampKey = make([]byte, 32)
+		_, err := rand.Read(cfg.stampKey)
+		require.NoError(t, err)
+		cfg.forge = true
+	}, func(t *testing.T, oc outcome, out string) {
+		assert.Equal(t, 2, oc.forged, "both forged messages stored once")
+		assert.Contains(t, out, "every event's stamp signed; 2 forged messages stored, none verified")
+		assert.Contains(t, out, notProven, "a replica dropped a forged message")
+	})
+}
+
+// TestEndToEndHandOverBeforeApply runs the story on a server that
+// redelivers as Google's emulator does, with a first replica that
+// receives events and ends its Receive before applying any; the other
+// replicas start only then, and take over what it gave back, one message
+// at a time in nack order. Every event must be applied exactly once, in
+// commit order.
+func TestEndToEndHandOverBeforeApply(t *testing.T) {
+	endToEndWith(t, func(t *testing.T, cfg *config) {
+		cfg.emulatorRedelivery = true
+		cfg.handOver = true
+	}, func(t *testing.T, oc outcome, out string) {
+		assert.Contains(t, out, handedOver)
+	})
+}
+
 func endToEnd(t *testing.T, emulatorRedelivery bool) {
+	endToEndWith(t, func(t *testing.T, cfg *config) { cfg.emulatorRedelivery = emulatorRedelivery }, nil)
+}
+
+// endToEndWith runs the story on SQLite and on PostgreSQL, with the
+// configuration set changes, and checks what every run must show, then
+// what more checks.
+func endToEndWith(t *testing.T, set func(t *testing.T, cfg *config), more func(t *testing.T, oc outcome, out string)) {
 	for _, db := range []struct {
 		name string
 		dsns func(t *testing.T) (source, sink string)
@@ -75,7 +119,7 @@ func endToEnd(t *testing.T, emulatorRedelivery bool) {
 			cfg := defaultConfig()
 			cfg.changes = 100
 			cfg.source, cfg.sink = db.dsns(t)
-			cfg.emulatorRedelivery = emulatorRedelivery
+			set(t, &cfg)
 			t.Logf("seed %d", cfg.seed)
 			var out harness.Buffer // the processes write it at once
 			oc, err := run(ctx, cfg, spawnSelf(ctx), &out)
@@ -86,6 +130,9 @@ func endToEnd(t *testing.T, emulatorRedelivery bool) {
 			assert.Greater(t, oc.stored, cfg.total(), "copies were stored: the inbox and the stamps had something to skip")
 			assert.Greater(t, oc.delivered, oc.stored, "messages came back")
 			assert.Contains(t, out.String(), "every event applied exactly once")
+			if more != nil {
+				more(t, oc, out.String())
+			}
 			t.Log(out.String())
 		})
 	}
@@ -128,4 +175,29 @@ func TestDSNsThroughTheEnvironment(t *testing.T) {
 		assert.Contains(t, cmd.Env, sourceEnv+"="+secret, p.name)
 		assert.Contains(t, cmd.Env, sinkEnv+"="+secret+"-sink", p.name)
 	}
+}
+
+// TestStampKeyThroughTheEnvironment checks that the stamp key reaches the
+// relays and the replicas through their environment, not their command
+// lines, and the writers, which do not sign, not at all.
+func TestStampKeyThroughTheEnvironment(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.stampKey = bytes.Repeat([]byte{0xab}, 32)
+	cfg.handOver = true
+	ps := startAll(cfg, "localhost:1", func(args ...string) *exec.Cmd { return exec.Command("true", args...) }, io.Discard)
+	want := stampKeyEnv + "=" + strings.Repeat("ab", 32)
+	for _, p := range ps.all() {
+		cmd := p.start()
+		assert.NotContains(t, strings.Join(cmd.Args, " "), "abab", p.name)
+		if strings.HasPrefix(p.name, "writer") {
+			assert.NotContains(t, cmd.Env, want, p.name)
+		} else {
+			assert.Contains(t, cmd.Env, want, p.name)
+		}
+	}
+	key, err := parseStampKey(strings.Repeat("ab", 32))
+	require.NoError(t, err)
+	assert.Equal(t, cfg.stampKey, key)
+	_, err = parseStampKey("abcd")
+	assert.Error(t, err, "a key of 2 bytes")
 }

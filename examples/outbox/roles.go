@@ -121,25 +121,53 @@ func relay(ctx context.Context, addr, topic string, ob *outbox.Outbox, opts ...o
 }
 
 // replica is a receiver process: it applies the subscription's events
-// through the inbox until ctx ends.
-func replica(ctx context.Context, addr, subID string, st *store, in *inbox.Inbox, name string) error {
+// through the inbox until ctx ends. With a stamp key, it verifies every
+// stamp's signature (subscriber.WithStampKey), and drops, acked, what
+// comes unproven: only the relays sign, so a message whose stamp does not
+// verify is none of the outbox's events, and the inbox could not apply it
+// exactly once anyway (it would refuse it and hold its account).
+func replica(ctx context.Context, addr, subID string, st *store, in *inbox.Inbox, name string, stampKey []byte) error {
 	client, err := harness.ConnectProject(ctx, addr, harness.ExampleProject())
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	sub, err := subscriber.Open(ctx, client, subID, subscriber.WithWorkers(4))
+	opts := []subscriber.Option{subscriber.WithWorkers(4)}
+	if stampKey != nil {
+		opts = append(opts, subscriber.WithStampKey(stampKey))
+	}
+	sub, err := subscriber.Open(ctx, client, subID, opts...)
 	if err != nil {
 		return err
 	}
-	err = sub.Receive(ctx, in.Handler(func(ctx context.Context, tx *sql.Tx, d *subscriber.Delivery) error {
+	h := in.Handler(func(ctx context.Context, tx *sql.Tx, d *subscriber.Delivery) error {
 		return apply(ctx, st, tx, d, name)
-	}))
+	})
+	if stampKey != nil {
+		h = dropUnproven(h, name)
+	}
+	err = sub.Receive(ctx, h)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil
 }
+
+// dropUnproven acks, unrun, a message that reaches h without a stamp: on
+// a subscription that verifies signatures, one whose stamp was missing,
+// forged or signed with another key.
+func dropUnproven(h subscriber.Handler, name string) subscriber.Handler {
+	return func(ctx context.Context, d *subscriber.Delivery) error {
+		if d.Seq == 0 {
+			fmt.Fprintf(os.Stderr, "outbox %s: message %s of %s dropped unrun: %s\n", name, d.ID, d.Key, notProven)
+			return nil
+		}
+		return h(ctx, d)
+	}
+}
+
+// notProven ends a replica's line about a message it dropped.
+const notProven = "its stamp is not proven"
 
 // apply is the effect of one event, in the inbox's transaction: the
 // balance, and a line of the journal the check reads.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -37,6 +38,9 @@ type config struct {
 	chaosEvery                 time.Duration // mean time between two acts of chaos
 	latency                    time.Duration // the server's answer to each Publish
 	emulatorRedelivery         bool          // redeliver as Google's emulator does (orderingtest.WithEmulatorRedelivery)
+	stampKey                   []byte        // the relays sign stamps with it, the replicas verify them; nil: unsigned (signed.go)
+	forge                      bool          // publish forged stamps midway (signed.go); needs stampKey
+	handOver                   bool          // a first replica hands over what it holds before applying any (handover.go)
 	seed                       uint64
 	source, sink               string // the databases (see openStore)
 }
@@ -54,6 +58,8 @@ type role struct {
 	id, accounts, changes    int
 	pace                     time.Duration
 	seed                     uint64
+	stampKey                 []byte // signs (relay) or verifies (replica) the stamps; nil: unsigned
+	handOver                 bool   // a replica that stops before applying anything (handover.go)
 }
 
 func (r role) run(ctx context.Context) error {
@@ -75,14 +81,21 @@ func (r role) run(ctx context.Context) error {
 		if r.name == "writer" {
 			return write(ctx, st, ob, r.seed, r.accounts, r.changes, r.pace)
 		}
-		return relay(ctx, r.addr, topicID, ob, st.listener()...)
+		opts := st.listener()
+		if r.stampKey != nil {
+			opts = append(opts, outbox.WithStampKey(r.stampKey))
+		}
+		return relay(ctx, r.addr, topicID, ob, opts...)
 	case "replica":
 		in, err := inbox.New(ctx, st.db, st.inboxDialect())
 		if err != nil {
 			return err
 		}
 		defer in.Close()
-		return replica(ctx, r.addr, subID, st, in, processName("replica", r.id))
+		if r.handOver {
+			return handOver(ctx, r.addr, subID, r.stampKey, os.Stdout)
+		}
+		return replica(ctx, r.addr, subID, st, in, processName("replica", r.id), r.stampKey)
 	}
 	return fmt.Errorf("no role %q", r.name)
 }
@@ -140,6 +153,7 @@ type outcome struct {
 	replKills  int
 	faults     map[string]int
 	stored     int // messages the service stored: each event, and its copies
+	forged     int // of those, forged (signed.go)
 	delivered  int // deliveries: each stored message, and its redeliveries
 }
 
@@ -175,10 +189,8 @@ func run(ctx context.Context, cfg config, spawn func(args ...string) *exec.Cmd, 
 			p.mu.Unlock()
 		}
 	}()
-	for _, p := range procs.all() {
-		if err := p.run(); err != nil {
-			return oc, err
-		}
+	if err := startProcs(ctx, procs); err != nil {
+		return oc, err
 	}
 	sink, err := openStore(cfg.sink)
 	if err != nil {
@@ -189,9 +201,25 @@ func run(ctx context.Context, cfg config, spawn func(args ...string) *exec.Cmd, 
 	chaosCtx, stopChaos := context.WithCancel(ctx)
 	chaosDone := make(chan map[string]int, 1)
 	go func() { chaosDone <- chaos(chaosCtx, cfg, srv, procs, out) }()
+	topic := "projects/" + harness.ExampleProject() + "/topics/" + topicID
+	forged := make(chan error, 1)
+	if cfg.forge {
+		go func() { forged <- forge(chaosCtx, cfg, srv, topic) }()
+	} else {
+		forged <- nil
+	}
 	err = waitEnd(ctx, cfg, procs, sink)
 	stopChaos()
 	oc.faults = <-chaosDone
+	if ferr := <-forged; err == nil && ferr != nil {
+		err = ferr
+	}
+	if err == nil && cfg.forge {
+		// The forged messages are dropped before the replicas stop.
+		if werr := srv.WaitFor(ctx, func() bool { return forgedSettled(srv, topic, subName) }); werr != nil {
+			err = fmt.Errorf("the forged messages were not all delivered and dropped: %w", werr)
+		}
+	}
 	for _, p := range append(procs.relays, procs.replicas...) {
 		if serr := p.stop(); serr != nil && err == nil {
 			err = serr
@@ -204,10 +232,16 @@ func run(ctx context.Context, cfg config, spawn func(args ...string) *exec.Cmd, 
 	if oc.report, err = read(ctx, cfg); err != nil {
 		return oc, err
 	}
-	stored := srv.Messages("projects/" + harness.ExampleProject() + "/topics/" + topicID)
+	stored := srv.Messages(topic)
 	oc.stored = len(stored)
 	if err := sentInOrder(stored); err != nil {
 		return oc, err
+	}
+	if cfg.stampKey != nil {
+		if oc.forged, err = signedRight(stored, cfg.stampKey); err != nil {
+			return oc, err
+		}
+		fmt.Fprintf(out, "every event's stamp signed; %d forged messages stored, none verified\n", oc.forged)
 	}
 	oc.delivered = srv.Stats(subName).Delivered
 	fmt.Fprintf(out, "%d changes by %d writers, %d messages stored, %d delivered; chaos: %v\n",
@@ -258,10 +292,52 @@ func prepareStores(ctx context.Context, cfg config) error {
 }
 
 // procs is the story's processes by role.
-type procs struct{ writers, relays, replicas []*proc }
+type procs struct {
+	writers, relays, replicas []*proc
+	handOver                  *proc // the first replica, with -hand-over; nil without
+}
 
 func (ps procs) all() []*proc {
-	return append(append(append([]*proc(nil), ps.replicas...), ps.relays...), ps.writers...)
+	all := append(append(append([]*proc(nil), ps.replicas...), ps.relays...), ps.writers...)
+	if ps.handOver != nil {
+		all = append(all, ps.handOver)
+	}
+	return all
+}
+
+// startProcs starts the story's processes. With a hand-over, the first
+// replica starts alone, and the others once it has handed over.
+func startProcs(ctx context.Context, ps procs) error {
+	if ps.handOver == nil {
+		for _, p := range ps.all() {
+			if err := p.run(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, p := range append(append([]*proc{ps.handOver}, ps.relays...), ps.writers...) {
+		if err := p.run(); err != nil {
+			return err
+		}
+	}
+	ps.handOver.mu.Lock()
+	done := ps.handOver.done
+	ps.handOver.mu.Unlock()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("%s: %w", ps.handOver.name, err)
+		}
+	case <-ctx.Done():
+		return fmt.Errorf("%s did not hand over: %w", ps.handOver.name, ctx.Err())
+	}
+	for _, p := range ps.replicas {
+		if err := p.run(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func startAll(cfg config, addr string, spawn func(args ...string) *exec.Cmd, out io.Writer) procs {
@@ -274,6 +350,9 @@ func startAll(cfg config, addr string, spawn func(args ...string) *exec.Cmd, out
 				cmd.Env = os.Environ()
 			}
 			cmd.Env = append(cmd.Env, sourceEnv+"="+cfg.source, sinkEnv+"="+cfg.sink)
+			if cfg.stampKey != nil && name != "writer" {
+				cmd.Env = append(cmd.Env, stampKeyEnv+"="+hex.EncodeToString(cfg.stampKey))
+			}
 			if cfg.emulatorRedelivery && name == "replica" {
 				// A subscriber told it is on an emulator knows that a
 				// key's messages may come back out of order.
@@ -285,6 +364,9 @@ func startAll(cfg config, addr string, spawn func(args ...string) *exec.Cmd, out
 	var ps procs
 	for i := 1; i <= cfg.replicas; i++ {
 		ps.replicas = append(ps.replicas, mk("replica", i))
+	}
+	if cfg.handOver {
+		ps.handOver = mk("replica", 0, "-hand-over")
 	}
 	for i := 1; i <= cfg.relays; i++ {
 		ps.relays = append(ps.relays, mk("relay", i))
@@ -390,7 +472,7 @@ func killOne(rng *rand.Rand, ps []*proc, most int) error {
 
 // sentInOrder checks what the relays sent: per key, the first copy of each
 // event stored in its number's order, every number from 1 on. A copy may
-// come anywhere after the first.
+// come anywhere after the first. Forged messages are not the relays'.
 func sentInOrder(stored []orderingtest.Message) error {
 	next := map[string]uint64{}
 	var errs []error
@@ -398,6 +480,9 @@ func sentInOrder(stored []orderingtest.Message) error {
 		st, err := ordering.ParseStamp(m.Attributes)
 		if err != nil || st.IsZero() {
 			return fmt.Errorf("message %d of %s: no stamp: %v", m.Seq, m.OrderingKey, err)
+		}
+		if isForged(m) {
+			continue // not the relays' (signed.go)
 		}
 		_, n := ordering.SplitSeq(st.Seq)
 		switch want := next[m.OrderingKey] + 1; {
