@@ -83,9 +83,9 @@
 // those of the key in flight, each [publisher.WithAfter] the one before,
 // so that a key's next events wait for no round trip of the database.
 // Give the relay a publisher of its own, made [publisher.WithoutStamps],
-// with a DelayThreshold of about 1 ms ([publisher.WithPublishSettings]):
-// the relay hands a key's events over together, and the official
-// client's 10 ms wait for a fuller batch buys nothing but latency.
+// with its default batching: it sends a key once about 1 ms passes
+// without a new message of it, and the relay hands a key's events over
+// together.
 //
 // # Rows it cannot publish
 //
