@@ -166,10 +166,12 @@
 //
 // [WithLogger]'s logger, by default slog.Default() as it is when New runs,
 // gets every record with the topic: a key's failure at Warn ("key paused",
-// with the key, the error and how many messages failed with it) and its
-// resume at Info ("key resumed", held=0: a key resumes at once), once
-// per failure; and a hot key at Warn, once per episode. Nothing is
-// logged per message.
+// with the key, the error and how many messages failed with it), for the
+// first failure of an episode, the failures until a message of the key is
+// published, which is logged at Info ("key resumed", with the count of
+// the episode's pauses): a key failing every send, as on a missing topic,
+// logs once, not per failure. A hot key is logged at Warn, once per
+// episode. Nothing is logged per message.
 //
 // The service takes about 1 MB/s per ordering key. A key is hot when the
 // messages published on it within one 5-second window add up to more than

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,7 +33,7 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 
 // WithLogger sets the publisher's logger (see the package documentation,
 // Observability). It logs a key's failure at Warn and its resume at Info,
-// once each per failure, and a key publishing faster than the service
+// once each per episode of failures (a key publishing again ends one), and a key publishing faster than the service
 // takes at Warn, once per episode: nothing per message. The default is
 // slog.Default() as it is when [New] runs, so that failures are seen
 // without setup. New returns an error matching [ErrInvalidConfig] if l is
@@ -67,6 +68,10 @@ type recorder struct {
 	// (keyQueue.fail): increased and decreased by the sender that fails
 	// it; read by the gauge's callback.
 	pausedKeys atomic.Int64
+	// episodes are the keys paused and not published since: a key's
+	// first pause is logged, its later ones counted, and the publish that
+	// ends them logged with their count.
+	episodes episodes
 
 	// The attribute sets, made once: a measurement costs no allocation.
 	countAs [numOutcomes][]metric.AddOption
@@ -210,7 +215,11 @@ func (o *recorder) settled(r *Result, out outcome, now time.Duration) {
 }
 
 // paused records that key's message failed with err and took tail, the
-// key's later messages outstanding, with it (P4). The shard's mutex is held.
+// key's later messages outstanding, with it (P4). The key resumes at once
+// (P5), and its next message may fail as well, as every message of a
+// key does while its topic is missing: only the first pause of an
+// episode, which the key's next published message ends, is logged. The
+// shard's mutex is held.
 func (o *recorder) paused(key string, failed *Result, tail []*Result, err error) {
 	now := o.now()
 	o.settled(failed, outFailed, now)
@@ -218,14 +227,70 @@ func (o *recorder) paused(key string, failed *Result, tail []*Result, err error)
 		o.settled(r, outSkipped, now)
 	}
 	o.pausedKeys.Add(1)
-	o.log.LogAttrs(context.Background(), slog.LevelWarn, "keyorder/publisher: key paused",
-		slog.String("key", key), slog.Any("error", err), slog.Int("failed", 1+len(tail)))
+	if o.episodes.pause(key) {
+		o.log.LogAttrs(context.Background(), slog.LevelWarn, "keyorder/publisher: key paused",
+			slog.String("key", key), slog.Any("error", err), slog.Int("failed", 1+len(tail)))
+	}
 }
 
-// resumed records that key resumed (P5), sending held, the messages
-// published while it was paused. The shard's mutex is held.
-func (o *recorder) resumed(key string, held int) {
+// resumed records that key's failed tail has been failed: the key takes
+// messages again (P5), and the gauge counts it no more. Its episode goes
+// on until a message of it is published. The shard's mutex is held.
+func (o *recorder) resumed() {
 	o.pausedKeys.Add(-1)
-	o.log.LogAttrs(context.Background(), slog.LevelInfo, "keyorder/publisher: key resumed",
-		slog.String("key", key), slog.Int("held", held))
+}
+
+// published records that a request of key's messages was published, which
+// ends the key's episode of pauses, if any, with a log of their count. The
+// shard's mutex is held.
+func (o *recorder) published(key string) {
+	if pauses := o.episodes.end(key); pauses > 0 {
+		o.log.LogAttrs(context.Background(), slog.LevelInfo, "keyorder/publisher: key resumed",
+			slog.String("key", key), slog.Int("pauses", pauses))
+	}
+}
+
+// maxEpisodes bounds the keys whose episode of pauses is remembered: a
+// key whose later messages are never published leaves its entry behind
+// (P7), so past this many the entries are forgotten, and a forgotten key
+// that pauses again logs a new episode.
+const maxEpisodes = 4096
+
+// episodes counts the pauses of each key paused and not published since.
+type episodes struct {
+	open atomic.Int64 // len(keys), read without mu by end
+	mu   sync.Mutex
+	keys map[string]int // guarded by mu
+}
+
+// pause counts a pause of key, and reports whether it starts an episode.
+func (e *episodes) pause(key string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if n, ok := e.keys[key]; ok {
+		e.keys[key] = n + 1
+		return false
+	}
+	if e.keys == nil || len(e.keys) >= maxEpisodes {
+		e.keys = make(map[string]int)
+	}
+	e.keys[key] = 1
+	e.open.Store(int64(len(e.keys)))
+	return true
+}
+
+// end ends key's episode, and returns its count of pauses, 0 if it had
+// none. With no episode open, as is usual, it costs an atomic load.
+func (e *episodes) end(key string) int {
+	if e.open.Load() == 0 {
+		return 0
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n, ok := e.keys[key]
+	if ok {
+		delete(e.keys, key)
+		e.open.Store(int64(len(e.keys)))
+	}
+	return n
 }

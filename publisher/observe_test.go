@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
@@ -168,13 +169,67 @@ func TestObservability(t *testing.T) {
 		assert.Equal(t, "keyorder/publisher: key resumed", resumed["msg"])
 		assert.Equal(t, "K", resumed["key"])
 		assert.Equal(t, topic, resumed["topic"])
-		assert.Contains(t, resumed, "held")
+		assert.Equal(t, 1.0, resumed["pauses"], "K paused once")
 	})
 }
 
+// TestKeyPausedOncePerEpisode publishes to a topic that does not exist
+// yet, as a relay started before its topic does: every message of keys a
+// and b fails, each pausing its key, and each key logs one pause, not one
+// per failure. Once the topic exists, a's next message is published and
+// ends its episode: one resume, with the count of its pauses; b, not
+// published since, logs no resume. A new failure of a starts a new
+// episode.
+func TestKeyPausedOncePerEpisode(t *testing.T) {
+	t.Parallel()
+	var logs metrictest.Log
+	e := newFakeEnv(t)
+	ctx := testContext(t)
+	id := fmt.Sprintf("later-%d", topicSeq.Add(1))
+	e.topic = id
+	p := e.newPublisher(t, nil, publisher.WithPublishSettings(settings(1)), publisher.WithLogger(slog.New(logs.Handler())))
+	publish := func(key string, i int) error {
+		_, err := p.Publish(ctx, &publisher.Message{Data: []byte(fmt.Sprintf("%s-%d", key, i))}, publisher.WithOrderingKey(key)).Get(ctx)
+		return err
+	}
+	for i := range 10 {
+		require.Error(t, publish("a", i))
+		if i < 5 {
+			require.Error(t, publish("b", i))
+		}
+	}
+	_, err := e.client.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: p.Topic()})
+	require.NoError(t, err)
+	require.NoError(t, publish("a", 10))
+	require.NoError(t, publish("a", 11))
+	e.srv.FailPublish(orderingtest.Data("a-12"), codes.PermissionDenied, 1)
+	require.Error(t, publish("a", 12))
+	require.NoError(t, p.Flush(ctx))
+
+	type line struct {
+		level, msg, key string
+		pauses          float64
+	}
+	var got []line
+	for _, r := range logs.Records(t) {
+		l := line{level: r["level"].(string), msg: r["msg"].(string), key: r["key"].(string)}
+		if n, ok := r["pauses"].(float64); ok {
+			l.pauses = n
+		}
+		got = append(got, l)
+	}
+	assert.Equal(t, []line{
+		{"WARN", "keyorder/publisher: key paused", "a", 0},
+		{"WARN", "keyorder/publisher: key paused", "b", 0},
+		{"INFO", "keyorder/publisher: key resumed", "a", 10},
+		{"WARN", "keyorder/publisher: key paused", "a", 0},
+	}, got)
+}
+
 // TestLogPerFailure fails three keys, one message each, among many
-// messages, and checks that each failure is logged once at Warn and each
-// resume once at Info, and nothing else.
+// messages, and checks that each failure is logged once at Warn and,
+// once the key publishes again, its resume once at Info, and nothing
+// else.
 func TestLogPerFailure(t *testing.T) {
 	t.Parallel()
 	var logs metrictest.Log
@@ -196,6 +251,11 @@ func TestLogPerFailure(t *testing.T) {
 		if _, err := r.Get(ctx); err != nil {
 			failed++
 		}
+	}
+	// Each key's next message ends its episode: a resume.
+	for _, k := range []string{"a", "b", "c", "d"} {
+		_, err := p.Publish(ctx, &publisher.Message{Data: []byte(k + "-20")}, publisher.WithOrderingKey(k)).Get(ctx)
+		require.NoError(t, err)
 	}
 	require.NoError(t, p.Close(ctx))
 
@@ -261,9 +321,8 @@ func TestDefaultLogger(t *testing.T) {
 	require.Error(t, err)
 	require.NoError(t, p.Close(ctx))
 	recs := logs.Records(t)
-	require.Len(t, recs, 2, "%v", recs)
+	require.Len(t, recs, 1, "a pause, and no resume without a publish: %v", recs)
 	assert.Equal(t, "keyorder/publisher: key paused", recs[0]["msg"])
-	assert.Equal(t, "keyorder/publisher: key resumed", recs[1]["msg"])
 }
 
 // TestUnorderedCountedByFlush checks that every unordered message, whose

@@ -328,6 +328,11 @@ func (p *Publisher) shutdown() {
 	p.rec.close()
 }
 
+// Topic returns the full name of the Publisher's topic,
+// "projects/P/topics/T", whether [New] was given an ID or a full name: the
+// name it publishes to, and that its logs and metrics carry.
+func (p *Publisher) Topic() string { return p.topic }
+
 // topicName returns the full name of topicID, an ID or a full name, in
 // client's project, as the official client names it.
 func topicName(client *pubsub.Client, topicID string) string {

@@ -200,6 +200,9 @@ func (p *Publisher) settle(q *keyQueue, batch []*Result, ids []string, err error
 	if err != nil {
 		p.fail(q, batch, err, now)
 	} else {
+		if !q.unordered {
+			p.rec.published(q.key)
+		}
 		for i, r := range batch {
 			p.releaseRoom(r)
 			r.dropMessage()
@@ -252,7 +255,7 @@ func (p *Publisher) fail(q *keyQueue, batch []*Result, err error, now time.Durat
 	if q.state == lingering {
 		q.state = idle
 	}
-	p.rec.resumed(q.key, 0)
+	p.rec.resumed()
 }
 
 // dropInflight removes batch from q's requests in flight.

@@ -1,9 +1,11 @@
 package outbox_test
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"path"
 	"strings"
 	"testing"
 	"time"
@@ -165,6 +167,61 @@ func TestServicesShareADatabase(t *testing.T) {
 		}
 		_, err := outbox.New(ctx, db, k.dialect, outbox.WithTable("Bad-Name"))
 		assert.ErrorIs(t, err, outbox.ErrInvalidConfig)
+	})
+}
+
+// TestOneTopicPerOutbox: the first relay's Run records its topic; a relay
+// of the same outbox with a publisher of another topic, from another
+// process's Outbox, is refused, naming both, before it publishes or
+// deletes anything. A publisher made with the topic's ID is of the same
+// topic. The other topic's service takes an outbox of its own (WithTable)
+// in the same database, and both work.
+func TestOneTopicPerOutbox(t *testing.T) {
+	t.Parallel()
+	eachDB(t, func(t *testing.T, k dbKind) {
+		t.Parallel()
+		ctx := harness.Context(t, testTimeout)
+		db := k.open(t)
+		ob := newOutbox(t, ctx, db, k)
+		a, b := newEnv(t), newEnv(t)
+		ra, err := outbox.NewRelay(ob, a.publisher(t), outbox.WithLogger(quiet))
+		require.NoError(t, err)
+		runRelay(t, ra)
+		add(t, ctx, db, ob, "k", "a1", "a2")
+		waitFor(t, a, "a's events published", func() bool { return len(a.srv.Messages(a.topic)) == 2 })
+
+		other := newOutbox(t, ctx, db, k) // as another process opens it
+		rb, err := outbox.NewRelay(other, b.publisher(t), outbox.WithLogger(quiet))
+		require.NoError(t, err)
+		add(t, ctx, db, ob, "k", "a3")
+		runCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		err = rb.Run(runCtx)
+		require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+		assert.Contains(t, err.Error(), "publishes to "+b.topic)
+		assert.Contains(t, err.Error(), a.topic)
+		assert.Empty(t, b.srv.Messages(b.topic), "the refused relay published nothing")
+
+		byID, err := publisher.New(a.client, path.Base(a.topic), publisher.WithoutStamps(), publisher.WithLogger(quiet))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = byID.Close(context.Background()) })
+		assert.Equal(t, a.topic, byID.Topic())
+		rc, err := outbox.NewRelay(other, byID, outbox.WithLogger(quiet))
+		require.NoError(t, err)
+		stop := runRelay(t, rc)
+		add(t, ctx, db, ob, "k", "a4")
+		waitFor(t, a, "a's events published", func() bool { return len(a.srv.Messages(a.topic)) >= 4 })
+		stop()
+		assert.Equal(t, map[string][]string{"k": {"a1", "a2", "a3", "a4"}}, a.view(t, ob.Producer()).firsts)
+
+		billing, err := outbox.New(ctx, db, k.dialect, outbox.WithTable("billing_outbox"))
+		require.NoError(t, err)
+		rb2, err := outbox.NewRelay(billing, b.publisher(t), outbox.WithLogger(quiet))
+		require.NoError(t, err)
+		runRelay(t, rb2)
+		add(t, ctx, db, billing, "k", "b1", "b2")
+		waitFor(t, b, "b's events published", func() bool { return len(b.srv.Messages(b.topic)) == 2 })
+		assert.Equal(t, map[string][]string{"k": {"b1", "b2"}}, b.view(t, billing.Producer()).firsts)
 	})
 }
 

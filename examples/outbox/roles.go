@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"time"
 
-	"cloud.google.com/go/pubsub/v2"
 
 	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/publisher"
@@ -200,11 +199,9 @@ func relayOptions() []outbox.RelayOption {
 }
 
 // relayPublisherOptions are the options of a relay's publisher: no stamps
-// (the relay stamps as the outbox), and a batching delay of 1 ms rather
-// than the official client's 10: the relay hands over a key's events
-// together, and a longer wait would buy no larger batch.
+// (the relay stamps as the outbox), and otherwise the defaults: the
+// publisher sends a key once about 1 ms passes without a new message of
+// it, and the relay hands over a key's events together.
 func relayPublisherOptions() []publisher.Option {
-	s := pubsub.DefaultPublishSettings
-	s.DelayThreshold = time.Millisecond
-	return []publisher.Option{publisher.WithoutStamps(), publisher.WithPublishSettings(s)}
+	return []publisher.Option{publisher.WithoutStamps()}
 }

@@ -35,7 +35,8 @@
 //   - keyorder_outbox_keys: each key's last number, the counter row that
 //     numbers its events in commit order; it stays after they are sent;
 //   - keyorder_outbox_meta: what every process shares: the producer ID,
-//     the shard count;
+//     the shard count, and the topic its relays publish to, recorded by
+//     the first [Relay.Run];
 //   - keyorder_outbox_leases: which relay publishes which shard, until
 //     when;
 //   - keyorder_outbox_relays: the relays alive, until when.
@@ -45,7 +46,8 @@
 // NOTIFY the channel [Outbox.Channel] at the commit of each transaction
 // that adds events. Services that share a database give their outboxes
 // names of their own: an outbox belongs to one service, whose relays
-// publish to its one topic.
+// publish to its one topic; a relay of another topic is refused
+// ([ErrInvalidConfig]).
 //
 // # Order and copies
 //
@@ -81,9 +83,9 @@
 // those of the key in flight, each [publisher.WithAfter] the one before,
 // so that a key's next events wait for no round trip of the database.
 // Give the relay a publisher of its own, made [publisher.WithoutStamps],
-// with a DelayThreshold of about 1 ms ([publisher.WithPublishSettings]):
-// the relay hands a key's events over together, and the official
-// client's 10 ms wait for a fuller batch buys nothing but latency.
+// with its default batching: it sends a key once about 1 ms passes
+// without a new message of it, and the relay hands a key's events over
+// together.
 //
 // # Rows it cannot publish
 //

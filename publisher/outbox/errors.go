@@ -12,7 +12,8 @@ const prefix = "keyorder/outbox: "
 // is wrong: a nil database or publisher, an unknown [Dialect], a nil
 // option or one out of its documented range, or [WithShards] that
 // disagrees with the count the database recorded when the outbox was
-// created.
+// created. [Relay.Run] returns it for a relay whose publisher's topic is
+// not the one the outbox's relays publish to.
 var ErrInvalidConfig = errors.New(prefix + "invalid configuration")
 
 // ErrStamped is returned by [NewRelay] for a publisher that stamps its

@@ -335,9 +335,9 @@ func (o *Outbox) Add(ctx context.Context, tx *sql.Tx, key string, msg *publisher
 
 // signed returns msg with room for a relay's signature
 // ([WithStampKey]): a placeholder of its size, in a copy of the headers,
-// so that Check counts it. The placeholder's name is as long as
-// [ordering.SignatureAttribute] but not it, which Check refuses as a
-// stamp attribute, and none of msg's own headers.
+// so that Check counts it. The placeholder's name is as long as the
+// signature's, and is none of msg's headers: Check refuses the
+// signature's own name, a stamp attribute, in a header.
 func signed(msg *publisher.Message) *publisher.Message {
 	if msg == nil {
 		return nil
@@ -346,14 +346,13 @@ func signed(msg *publisher.Message) *publisher.Message {
 	for k, v := range msg.Headers {
 		h[k] = v
 	}
-	name := []byte(ordering.SignatureAttribute)
-	for c := byte('A'); ; c++ {
-		name[len(name)-1] = c
-		if _, taken := h[string(name)]; !taken || c == 'Z' {
+	for i := 0; ; i++ {
+		name := fmt.Sprintf("%0*d", len(ordering.SignatureAttribute), i)
+		if _, taken := h[name]; !taken {
+			h[name] = sigPlaceholder
 			break
 		}
 	}
-	h[string(name)] = sigPlaceholder
 	return &publisher.Message{Data: msg.Data, Headers: h}
 }
 

@@ -80,6 +80,15 @@ func (r *Relay) Stats() Stats { return r.rec.stats() }
 // number: never a later number before an earlier one, and never a number
 // skipped.
 //
+// An outbox belongs to one topic: the first Run of any relay records its
+// publisher's ([publisher.Publisher.Topic]) in the outbox's meta table,
+// and Run returns an error matching [ErrInvalidConfig], naming both
+// topics, for a relay whose publisher publishes to another, before it
+// publishes anything: a service's events never reach another service's
+// topic, nor are deleted by its relay. Services that share a database
+// each take an outbox of their own, [WithTable]. Run returns a [*DBError]
+// if the database fails this check.
+//
 // A row it cannot publish (see [Stats].Invalid) sets its key aside, with a
 // backoff; database errors are logged and tried again. Once ctx ends, Run
 // publishes nothing new, waits up to [WithDrainTimeout] for the results
@@ -91,6 +100,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	defer r.running.Store(false)
+	if err := r.o.claimTopic(ctx, r.pub.Topic()); err != nil {
+		return err
+	}
 	defer r.rec.gauges()()
 	ru := newRun(r)
 	defer ru.wg.Wait()
@@ -244,4 +256,26 @@ func (li *listening) stop() {
 			return
 		}
 	}
+}
+
+// claimTopic records topic as the outbox's relays' topic, unless one is
+// recorded, and refuses another one.
+func (o *Outbox) claimTopic(ctx context.Context, topic string) error {
+	tx, err := o.db.BeginTx(ctx, nil)
+	if err != nil {
+		return &DBError{Op: "begin", Err: err}
+	}
+	defer func() { _ = tx.Rollback() }()
+	recorded, err := o.shared(ctx, tx, "topic", topic)
+	if err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return &DBError{Op: "commit the topic", Err: err}
+	}
+	if recorded != topic {
+		return fmt.Errorf("%w: the relay publishes to %s, but the outbox %s is %s's: give each topic's service an outbox of its own (WithTable)",
+			ErrInvalidConfig, topic, o.t.events, recorded)
+	}
+	return nil
 }
