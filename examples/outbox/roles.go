@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"time"
 
-
 	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/publisher/outbox"
