@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // the PostgreSQL driver, registered as "pgx"
 	_ "modernc.org/sqlite"             // the pure-Go SQLite driver, registered as "sqlite"
 
+	"github.com/keyorder/keyorder/dbtest/pgtest"
 	"github.com/keyorder/keyorder/internal/sqldb"
 	"github.com/keyorder/keyorder/publisher/outbox"
 	"github.com/keyorder/keyorder/subscriber/inbox"
@@ -53,34 +53,9 @@ func (s *store) listener() []outbox.RelayOption {
 	if !s.postgres {
 		return nil
 	}
-	dsn := s.dsn
-	return []outbox.RelayOption{outbox.WithListener(func(ctx context.Context, channel string) (<-chan struct{}, error) {
-		// database/sql cannot wait for a notification: the listener has a
-		// connection of its own, with pgx.
-		conn, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
-			_ = conn.Close(context.Background())
-			return nil, err
-		}
-		ch := make(chan struct{}, 1)
-		go func() {
-			defer close(ch)
-			defer conn.Close(context.Background())
-			for {
-				if _, err := conn.WaitForNotification(ctx); err != nil {
-					return
-				}
-				select {
-				case ch <- struct{}{}:
-				default:
-				}
-			}
-		}()
-		return ch, nil
-	})}
+	// database/sql cannot wait for a notification: the listener has a
+	// connection of its own, with pgx.
+	return []outbox.RelayOption{outbox.WithListener(pgtest.Listener(s.dsn))}
 }
 
 func (s *store) q(query string) string { return sqldb.Rebind(s.postgres, query) }
