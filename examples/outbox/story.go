@@ -211,6 +211,10 @@ func run(ctx context.Context, cfg config, spawn func(args ...string) *exec.Cmd, 
 	err = waitEnd(ctx, cfg, procs, sink)
 	stopChaos()
 	oc.faults = <-chaosDone
+	if err != nil {
+		fmt.Fprintf(out, "chaos: %v\n", oc.faults)
+		diagnose(cfg, srv, topic, subName, out)
+	}
 	if ferr := <-forged; err == nil && ferr != nil {
 		err = ferr
 	}
