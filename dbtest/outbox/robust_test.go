@@ -194,7 +194,7 @@ func TestOneTopicPerOutbox(t *testing.T) {
 		rb, err := outbox.NewRelay(other, b.publisher(t), outbox.WithLogger(quiet))
 		require.NoError(t, err)
 		add(t, ctx, db, ob, "k", "a3")
-		runCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		runCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		err = rb.Run(runCtx)
 		require.ErrorIs(t, err, outbox.ErrInvalidConfig)

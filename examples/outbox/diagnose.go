@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/keyorder/keyorder/ordering"
@@ -29,10 +30,18 @@ func diagnose(cfg config, srv *orderingtest.Server, topic, subName string, out i
 		return
 	}
 	stored := map[string][]int64{} // per key, the numbers stored, in publish order
+	number := map[string]int64{}   // message ID to number
 	for _, m := range srv.Messages(topic) {
 		if st, err := ordering.ParseStamp(m.Attributes); err == nil && !st.IsZero() && !isForged(m) {
 			_, n := ordering.SplitSeq(st.Seq)
 			stored[m.OrderingKey] = append(stored[m.OrderingKey], int64(n))
+			number[m.ID] = int64(n)
+		}
+	}
+	delivered := map[string][]int64{} // per key, the numbers delivered, in delivery order
+	for _, d := range srv.Deliveries(subName) {
+		if n, ok := number[d.MessageID]; ok {
+			delivered[d.OrderingKey] = append(delivered[d.OrderingKey], n)
 		}
 	}
 	keys := make([]string, 0, len(rep.versions))
@@ -45,8 +54,8 @@ func diagnose(cfg config, srv *orderingtest.Server, topic, subName string, out i
 		if int64(len(applied)) == last {
 			continue
 		}
-		fmt.Fprintf(out, "diagnosis: %s: %d of %d versions applied, the last %v; stored numbers %v\n",
-			key, len(applied), last, tail(applied), tail(stored[key]))
+		fmt.Fprintf(out, "diagnosis: %s: %d of %d versions applied: %s\n  stored: %s\n  delivered: %s\n",
+			key, len(applied), last, runs(applied), runs(stored[key]), runs(delivered[key]))
 	}
 	for _, q := range []struct{ db, query string }{
 		{cfg.source, "SELECT key, MIN(seq), MAX(seq), COUNT(*), MAX(sent), MIN(shard) FROM " + outbox.DefaultTable + " GROUP BY key ORDER BY key"},
@@ -61,8 +70,26 @@ func diagnose(cfg config, srv *orderingtest.Server, topic, subName string, out i
 	}
 }
 
-// tail returns the last 8 of s.
-func tail(s []int64) []int64 { return s[max(0, len(s)-8):] }
+// runs writes s, in its order, as runs of consecutive numbers: "1-3 7 5-6".
+func runs(s []int64) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		j := i
+		for j+1 < len(s) && s[j+1] == s[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		if j == i {
+			fmt.Fprintf(&b, "%d", s[i])
+		} else {
+			fmt.Fprintf(&b, "%d-%d", s[i], s[j])
+		}
+		i = j + 1
+	}
+	return b.String()
+}
 
 // dump prints the rows query returns, a line each.
 func dump(ctx context.Context, dsn, query string, out io.Writer) error {

@@ -75,6 +75,43 @@ func (ru *run) leaseRound(ctx context.Context) {
 	if ru.count(ctx) > 0 {
 		ru.repair(ctx)
 	}
+	ru.sweep(ctx)
+}
+
+// sweep reads whole again the keys of its steady shards that hold events
+// sent and not taken with no chain of the run in flight: a read of unsent
+// events does not show them, and a key with no later event would leave
+// them there. A run notes the keys whose runs fail (resume); this is the
+// net under that note, so that no event waits longer than a lease round
+// whatever path marked it.
+func (ru *run) sweep(ctx context.Context) {
+	var steady []int
+	for s := range ru.owned {
+		if !ru.leaving[s] && ru.fresh[s] == 0 {
+			steady = append(steady, s)
+		}
+	}
+	if len(steady) == 0 {
+		return
+	}
+	o := ru.r.o
+	rs, err := o.db.QueryContext(ctx, `SELECT DISTINCT key FROM `+o.t.events+` WHERE sent > 0 AND `+inList(steady)+` LIMIT 1000`)
+	if err != nil {
+		if ctx.Err() == nil {
+			ru.r.rec.dbFailed("look for events sent and not taken", err)
+		}
+		return
+	}
+	defer rs.Close()
+	for rs.Next() {
+		var key string
+		if err := rs.Scan(&key); err != nil {
+			return
+		}
+		if _, busy := ru.keys[key]; !busy {
+			ru.resume[key] = true
+		}
+	}
 }
 
 // renew renews the relay's row and its leases, and reads back which
@@ -158,7 +195,13 @@ func (ru *run) shed(ctx context.Context, n int) {
 		if len(ru.leaving) <= max(n, 0) {
 			break
 		}
-		delete(ru.leaving, s) // a relay went: keep it after all
+		// A relay went: keep it after all. Nothing of it was read while
+		// it was leaving, and a key of it may have been due then (a failed
+		// run's events, marked sent): it is read whole again, as a shard
+		// taken is, so that no key goes on from its unsent events only.
+		delete(ru.leaving, s)
+		ru.takes++
+		ru.fresh[s] = ru.takes
 	}
 	for s := range ru.owned {
 		if len(ru.leaving) >= n {

@@ -87,7 +87,7 @@ func (r *Relay) Stats() Stats { return r.rec.stats() }
 // publishes anything: a service's events never reach another service's
 // topic, nor are deleted by its relay. Services that share a database
 // each take an outbox of their own, [WithTable]. Run returns a [*DBError]
-// if the database fails this check.
+// if the database fails this check, and nil if ctx ends during it.
 //
 // A row it cannot publish (see [Stats].Invalid) sets its key aside, with a
 // backoff; database errors are logged and tried again. Once ctx ends, Run
@@ -101,6 +101,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	defer r.running.Store(false)
 	if err := r.o.claimTopic(ctx, r.pub.Topic()); err != nil {
+		if ctx.Err() != nil {
+			return nil // ended before it began: nothing to drain
+		}
 		return err
 	}
 	defer r.rec.gauges()()

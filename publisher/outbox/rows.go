@@ -20,12 +20,16 @@ type row struct {
 	data    []byte
 	headers map[string]string // with room for the stamp
 	sent    int64             // sends counted, this one's mark included once marked
-	bad     string            // why the row cannot be published; "" if it can
+	// first is the lowest number of the key pending when the row was read,
+	// read or not (a run must not start above it); 0 if unknown.
+	first int64
+	bad   string // why the row cannot be published; "" if it can
 }
 
-// scan runs q, which selects key, seq, shard, data, headers and sent, and
-// returns its rows, each checked: a row the outbox cannot publish comes
-// back with bad set, and never fails the read.
+// scan runs q, which selects key, seq, shard, data, headers, sent and the
+// key's lowest number pending, and returns its rows, each checked: a row
+// the outbox cannot publish comes back with bad set, and never fails the
+// read.
 func (ru *run) scan(ctx context.Context, q string, args ...any) ([]row, error) {
 	rs, err := ru.r.o.db.QueryContext(ctx, q, args...)
 	if err != nil {
@@ -34,11 +38,15 @@ func (ru *run) scan(ctx context.Context, q string, args ...any) ([]row, error) {
 	defer rs.Close()
 	var out []row
 	for rs.Next() {
-		var key, seq, shard, data, headers, sent any
-		if err := rs.Scan(&key, &seq, &shard, &data, &headers, &sent); err != nil {
+		var key, seq, shard, data, headers, sent, first any
+		if err := rs.Scan(&key, &seq, &shard, &data, &headers, &sent, &first); err != nil {
 			return nil, err
 		}
-		out = append(out, ru.r.o.check(key, seq, shard, data, headers, sent))
+		r := ru.r.o.check(key, seq, shard, data, headers, sent)
+		if n, ok := first.(int64); ok {
+			r.first = n
+		}
+		out = append(out, r)
 	}
 	return out, rs.Err()
 }

@@ -207,6 +207,7 @@ func (ru *run) query(ctx context.Context) ([]row, bool, error) {
 			steady = append(steady, s)
 		}
 	}
+	ru.keepUnread(steady, fresh)
 	var where []string
 	var args []any
 	if len(steady) > 0 {
@@ -224,7 +225,12 @@ func (ru *run) query(ctx context.Context) ([]row, bool, error) {
 	if len(where) == 0 {
 		return nil, false, nil
 	}
-	q := `SELECT key, seq, shard, data, headers, sent FROM ` + o.t.events + ` WHERE (` + strings.Join(where, " OR ") + `)`
+	// Each row comes with its key's lowest number pending, by the primary
+	// key's index: a read of unsent events only (a steady shard) does not
+	// show the events of a key sent and not taken, and no run may start
+	// above them (runOfKey).
+	q := `SELECT key, seq, shard, data, headers, sent, (SELECT MIN(p.seq) FROM ` + o.t.events + ` p WHERE p.key = e.key) FROM ` +
+		o.t.events + ` e WHERE (` + strings.Join(where, " OR ") + `)`
 	switch {
 	case p.started && p.keyOnly:
 		q += ` AND key > ?`
@@ -245,6 +251,29 @@ func (ru *run) query(ctx context.Context) ([]row, bool, error) {
 		p.started, p.key, p.seq, p.keyOnly = true, last.key, last.seq, last.bad != ""
 	}
 	return rows, full, nil
+}
+
+// keepUnread keeps for a later pass the due keys whose shard, still
+// held, the page about to be read leaves out (leaving, or taken during
+// the pass): their events are not read with it, so the pass cannot count
+// them read.
+func (ru *run) keepUnread(steady, fresh []int) {
+	p := ru.pass
+	if len(p.due) == 0 {
+		return
+	}
+	read := map[int]bool{}
+	for _, shards := range [][]int{steady, fresh} {
+		for _, s := range shards {
+			read[s] = true
+		}
+	}
+	for _, key := range p.due {
+		// A shard no longer held is another relay's, which reads it whole.
+		if s := ordering.Partition(key, ru.r.o.shards); ru.owned[s] && !read[s] {
+			p.keep[key] = true
+		}
+	}
 }
 
 // group splits rows into runs of one key to publish: the events after the
@@ -305,8 +334,19 @@ func (ru *run) runOfKey(rows []row, now time.Time) []row {
 			return nil
 		}
 		next = c.next
-	} else if a, ok := ru.aside[key]; ok {
-		next = a.next // the number after the last one published
+	} else {
+		if a, ok := ru.aside[key]; ok {
+			next = a.next // the number after the last one published
+		}
+		if r := rows[0]; r.bad == "" && r.first > 0 && r.first < r.seq {
+			// Events of the key below the read ones are pending, sent and
+			// not taken, in flight with no chain of this run: a run that
+			// failed, or one of a relay that had the shard. They go first:
+			// the key is read whole, by a pass where it is due.
+			ru.resume[key] = true
+			ru.again(key)
+			return nil
+		}
 	}
 	// In flight already: read again from a fresh shard or a due key.
 	for len(rows) > 0 && rows[0].bad == "" && next > 0 && rows[0].seq < next {
@@ -523,9 +563,17 @@ func (ru *run) settle(ctx context.Context, bs []*batch) {
 	for _, b := range bs {
 		ru.r.rec.settled(b.ok, len(b.results)-b.ok)
 	}
-	if err := ru.delete(ctx, bs); err != nil && ctx.Err() == nil {
-		// The events stay, and are sent again: copies.
-		ru.r.rec.dbFailed("delete published events", err)
+	if err := ru.delete(ctx, bs); err != nil {
+		// The events stay, marked sent: the keys are read whole again
+		// later, and the events sent again, copies, then deleted.
+		for _, b := range bs {
+			if b.ok > 0 {
+				ru.resume[b.key] = true
+			}
+		}
+		if ctx.Err() == nil {
+			ru.r.rec.dbFailed("delete published events", err)
+		}
 	}
 	now := time.Now()
 	for _, b := range bs {
@@ -592,12 +640,18 @@ func backoff(n int) time.Duration {
 }
 
 // delete deletes the events the service took, in one statement per
-// markChunk keys: for each key, every number up to the last one taken,
-// since a publish taken means every one before it was (WithAfter).
+// markChunk keys: for each key, the numbers from the first of its
+// batches in bs to the last one taken, since a publish taken means every
+// one before it in its chain was (WithAfter). Nothing below a chain's
+// batches is deleted on their word: were a chain ever started above
+// events not taken, they would be sent late, not lost.
 func (ru *run) delete(ctx context.Context, bs []*batch) error {
-	upTo := map[string]int64{}
+	from, upTo := map[string]int64{}, map[string]int64{}
 	for _, b := range bs {
 		if b.ok > 0 {
+			if f, ok := from[b.key]; !ok || b.first < f {
+				from[b.key] = b.first
+			}
 			upTo[b.key] = max(upTo[b.key], b.first+int64(b.ok)-1)
 		}
 	}
@@ -608,19 +662,21 @@ func (ru *run) delete(ctx context.Context, bs []*batch) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stmtTimeout)
 	defer cancel()
 	o := ru.r.o
-	var keys, upto []any
+	var keys, lo, hi []any
 	flush := func() error {
 		if len(keys) == 0 {
 			return nil
 		}
-		q := `DELETE FROM ` + o.t.events + ` WHERE key IN (` + placeholders(len(keys)) + `) AND seq <= ` + perKey(len(keys))
-		_, err := o.db.ExecContext(ctx, o.d.Rebind(q), append(keys, upto...)...)
-		keys, upto = keys[:0], upto[:0]
+		q := `DELETE FROM ` + o.t.events + ` WHERE key IN (` + placeholders(len(keys)) + `) AND seq >= ` + perKey(len(keys)) +
+			` AND seq <= ` + perKey(len(keys))
+		_, err := o.db.ExecContext(ctx, o.d.Rebind(q), append(append(keys, lo...), hi...)...)
+		keys, lo, hi = keys[:0], lo[:0], hi[:0]
 		return err
 	}
 	for key, seq := range upTo {
 		keys = append(keys, key)
-		upto = append(upto, key, seq)
+		lo = append(lo, key, from[key])
+		hi = append(hi, key, seq)
 		if len(keys) == markChunk {
 			if err := flush(); err != nil {
 				return err
