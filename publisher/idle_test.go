@@ -30,7 +30,7 @@ func TestIdleKeysLeaveNoState(t *testing.T) {
 		waves, perWave = 5, 10_000
 	}
 	e := newEnv(t, discardPublishes())
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	p := e.newPublisher(t)
 	idleGoroutines := runtime.NumGoroutine()
