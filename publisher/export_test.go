@@ -60,3 +60,6 @@ func OfficialReady(r *Result) <-chan struct{} { return r.Ready() }
 // DefaultInFlight is the bound on requests in flight without
 // NumGoroutines, for benchmarks.
 func DefaultInFlight() int { return defaultInFlight() }
+
+// SetLingerMax caps p's lingers at d. Call it before the first Publish.
+func SetLingerMax(p *Publisher, d time.Duration) { p.lingerFor = d }
