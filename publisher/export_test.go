@@ -56,3 +56,10 @@ func SetRateCheck(p *Publisher, window time.Duration, limit int64, clock func() 
 // for r, a Result of a key's message in flight: the publisher settles r
 // as the answer arrives, so it is r's Ready channel.
 func OfficialReady(r *Result) <-chan struct{} { return r.Ready() }
+
+// DefaultInFlight is the bound on requests in flight without
+// NumGoroutines, for benchmarks.
+func DefaultInFlight() int { return defaultInFlight() }
+
+// SetLingerMax caps p's lingers at d. Call it before the first Publish.
+func SetLingerMax(p *Publisher, d time.Duration) { p.lingerFor = d }

@@ -31,10 +31,12 @@ import (
 // The sides are the official client at its defaults, the same carrying a
 // stamp made by hand, the official client tuned as a careful user would
 // (CountThreshold 1,000 and NumGoroutines 1,000), keyorder stamped (the
-// default) and keyorder unstamped, all at their defaults otherwise. For
-// each keyorder side it reports the median over the ops of its speed over
-// each official side's in the same op: ratio-<keyorder side>/<official
-// side>. Run it with a fixed count of ops, such as -benchtime=7x.
+// default) and keyorder unstamped, all at their defaults otherwise, and
+// the ideal side (idealSide): the raw requests, one a key, under
+// keyorder's bound on requests in flight. For each keyorder side and the
+// ideal side it reports the median over the ops of its speed over each
+// official side's in the same op, ratio-<side>/<official side>, and for
+// each keyorder side its speed over the ideal side's. Run it with a fixed count of ops, such as -benchtime=7x.
 func BenchmarkPublishShapes(b *testing.B) {
 	for _, sh := range []struct {
 		name         string
@@ -100,20 +102,22 @@ func benchmarkShape(b *testing.B, keys, perKey int, latency time.Duration) {
 		officialSide(b, "official-tuned-stamped", official(tuned), n, names, stampedBy(keys, headers)),
 		keyorderSide(b, "keyorder", newPublisher(), n, names),
 		keyorderSide(b, "keyorder-unstamped", newPublisher(publisher.WithoutStamps()), n, names),
+		idealSide(b, client, topic, n, names),
 	}
 	ratioAll(b, sides, takeTurns(b, n, rs, sides))
 }
 
-// ratioAll reports, for each side whose name starts with "keyorder", the
-// median over the ops of its speed over that of each side that does not,
-// in the same op: ratio-<side>/<other>.
+// ratioAll reports, for each side whose name starts with "keyorder" or
+// is "ideal", the median over the ops of its speed over that of each side
+// that does not, in the same op: ratio-<side>/<other>.
 func ratioAll(b *testing.B, sides []side, took [][]time.Duration) {
+	ours := func(s side) bool { return strings.HasPrefix(s.name, "keyorder") || s.name == "ideal" }
 	for i, s := range sides {
-		if !strings.HasPrefix(s.name, "keyorder") {
+		if !ours(s) {
 			continue
 		}
 		for j, o := range sides {
-			if strings.HasPrefix(o.name, "keyorder") {
+			if ours(o) && !(o.name == "ideal" && s.name != "ideal") {
 				continue
 			}
 			b.ReportMetric(medianRatio(took[j], took[i]), "ratio-"+s.name+"/"+o.name)
