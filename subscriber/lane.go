@@ -417,21 +417,15 @@ func (l *lane) settle(j *job, v verdict) {
 			l.stats.ran(v.took)
 		}
 		l.note(j, v, now, &fx)
-		switch v.kind {
-		case ran:
-			fx.add(j, outAcked)
-		case copied:
-			fx.add(j, outDeduplicated)
-		case stopped:
-			fx.add(j, outShutdown)
-		case retrying:
+		switch v.out {
+		case outRetried:
 			l.retryLater(j, v.delay, now)
-		case parkKey:
+		case outParked:
 			l.r.park.park(l, j, v.err) // lane_park.go: the next flight parks the key
-		case holdKey:
+		case outHoldKey:
 			l.hold(j, &fx)
-		case forsaken:
-			fx.add(j, outFailed)
+		default:
+			fx.add(j, v.out) // acked, deduplicated, shutdown, failed
 		}
 		return fx
 	})

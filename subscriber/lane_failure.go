@@ -21,24 +21,24 @@ import "time"
 func (l *lane) note(j *job, v verdict, now time.Time, fx *effects) {
 	t := l.trouble
 	switch {
-	case v.kind == ran:
+	case v.out == outAcked:
 		if t != nil && t.id == j.d.ID {
 			l.endTrouble(fx, ReasonSucceeded, now)
 		}
 		return
-	case v.kind == copied || v.kind == stopped:
+	case v.out == outDeduplicated || v.out == outShutdown:
 		return
 	case t == nil || t.id != j.d.ID:
 		t = &trouble{id: j.d.ID, since: now}
 		l.trouble = t
 	}
 	t.attempt, t.err, t.retryAt = j.d.Attempt, v.err, time.Time{}
-	switch v.kind {
-	case retrying:
+	switch v.out {
+	case outRetried:
 		t.retryAt = now.Add(v.delay)
-	case parkKey:
+	case outParked:
 		l.endTrouble(nil, "", now) // parking tells of the park (KeyParked)
-	case forsaken:
+	case outFailed:
 		if v.deadLettered && l.key != "" && l.r.s.ordered {
 			// The service forwards the message instead of sending it
 			// back, and goes on with the key.
@@ -46,7 +46,7 @@ func (l *lane) note(j *job, v verdict, now time.Time, fx *effects) {
 		} else {
 			l.trouble = nil // nothing to keep in order behind it (S8)
 		}
-	case holdKey:
+	case outHoldKey:
 		t.held = true
 		t.lapse = l.r.clock.after(l.r.cfg.redeliveryWait, func() { l.lapsed(t) })
 		if !t.reported {

@@ -20,8 +20,15 @@ func TestOutcomeNames(t *testing.T) {
 	t.Parallel()
 	assert.Equal(t,
 		[]string{"acked", "nacked", "deduplicated", "held", "dead_lettered", "parked"},
-		[]string{outcomeAcked, outcomeNacked, outcomeDeduplicated, outcomeHeld, outcomeDeadLettered, outcomeParked})
+		[]string{outAcked.String(), outFailed.String(), outDeduplicated.String(), outHeld.String(),
+			outDeadLettered.String(), outParked.String()})
 	assert.Equal(t, [3]string{"ok", "error", "panic"}, callOutcomes)
+	for out, want := range map[outcome]string{
+		outShutdown: "shutdown", outRetried: "retry", outFailed: "failed", outHeld: "hold",
+		outTail: "tail", outRoom: "room", outSkipped: "replay_range", outDeadLettered: "failed",
+	} {
+		assert.Equal(t, want, out.reason(), "keyorder.reason of %s", out)
+	}
 }
 
 // TestSequenceLogs checks the hooks the check of per-key sequence numbers
@@ -81,8 +88,8 @@ func BenchmarkRecorder(b *testing.B) {
 			j := &job{ctx: context.Background(), d: Delivery{ID: "1", Key: "k"}}
 			b.ReportAllocs()
 			for b.Loop() {
-				o.handled(j, verdict{kind: ran, took: time.Millisecond})
-				o.settled(j, outAcked, false)
+				o.handled(j, verdict{out: outAcked, took: time.Millisecond})
+				o.settled(outAcked)
 			}
 		})
 	}

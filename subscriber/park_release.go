@@ -447,11 +447,11 @@ func (rr *releaseRun) runOne(ctx context.Context, id string, m *pubsub.Message) 
 		}()
 		<-called
 		switch v := rr.last; {
-		case v.kind == ran || v.kind == copied:
+		case v.out == outAcked || v.out == outDeduplicated:
 			return rr.recorded
-		case v.kind == stopped:
+		case v.out == outShutdown:
 			return ErrNotReceiving // no retries once shutting down (S7); the key stays parked
-		case v.kind.forGood():
+		case v.out.forGood():
 			rr.p.told(KeyParked, rr.key, causeOf(j, v.err), time.Now(), "") // it stays parked, with this message first
 			return fmt.Errorf("%w: %q at message %s: %w", ErrParkedAgain, rr.key, id, v.err)
 		default:
@@ -471,12 +471,12 @@ func (rr *releaseRun) settle(j *job, v verdict) {
 	rr.last = v
 	id := j.d.ID
 	switch {
-	case v.kind == ran || v.kind == copied:
+	case v.out == outAcked || v.out == outDeduplicated:
 		rr.done[id] = true
 		delete(rr.content, id)
 		rr.p.r.s.counts.released.Add(1)
 		rr.recorded = rr.progress(id)
-	case v.kind.forGood():
+	case v.out.forGood():
 		rr.stop(v.err, id, v.err.Error())
 	}
 }

@@ -192,7 +192,7 @@ func (e *pushEndpoint) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	switch {
 	case err != nil:
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
-	case out == outAcked || out == outDeduplicated || out == outParked:
+	case out.acks():
 		w.WriteHeader(http.StatusNoContent)
 	case out == outShutdown:
 		http.Error(w, "shutting down", http.StatusServiceUnavailable)
@@ -256,7 +256,7 @@ func (e *pushEndpoint) run(req *http.Request, m *pubsub.Message) (outcome, *park
 		}
 	}
 	v := e.callWaiting(ctx, j) // push_wait.go: a RetryAfter's delay is kept
-	if v.kind == parkKey {
+	if v.out == outParked {
 		parked, cause, err := p.parkPush(ctx, j, v.err)
 		if parked {
 			return e.parked(j), cause, nil
@@ -324,16 +324,9 @@ func (a pushAnswer) settle(j *job, v verdict) {
 // a failure nacks, for the service to push the message again, or to
 // dead-letter it.
 func (e *pushEndpoint) deliver(j *job, v verdict) outcome {
-	out := outFailed
-	switch v.kind {
-	case ran:
-		out = outAcked
-	case copied:
-		out = outDeduplicated
-	case stopped:
-		out = outShutdown
-	case retrying:
-		out = outRetried
+	out := v.out
+	if out.forGood() {
+		out = outFailed // not parked: nacked, for the service to push again or dead-letter
 	}
 	e.r.count(j, out)
 	return out

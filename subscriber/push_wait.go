@@ -38,7 +38,7 @@ func (e *pushEndpoint) callWaiting(ctx context.Context, j *job) verdict {
 	for {
 		v := e.call(ctx, j)
 		var later *RetryAfterError
-		if v.kind != retrying || !errors.As(v.err, &later) {
+		if v.out != outRetried || !errors.As(v.err, &later) {
 			return v
 		}
 		wait := max(v.delay, r.cfg.minBackoff)

@@ -234,26 +234,6 @@ func (r *receiver) deliver(ctx context.Context, m *pubsub.Message) {
 	r.apply(l, &fx)
 }
 
-// outcome is how a job ends, or what became of a delivery.
-type outcome int
-
-const (
-	outQueued       outcome = iota // not settled: queued on its lane
-	outJoined                      // not settled: joined a job of the same message
-	outAcked                       // acked after the handler succeeded (S4)
-	outDeduplicated                // acked unrun: processed already (S6)
-	outFailed                      // nacked: failed for good (S5)
-	outHeld                        // nacked unrun: its key is held (S5)
-	outTail                        // nacked unrun with its key's failed message (S5)
-	outRoom                        // nacked unrun: its key had no room (S10)
-	outShutdown                    // nacked: Receive is shutting down (S7)
-	outSkipped                     // acked unrun: outside the range a Replay reads
-	outParked                      // acked unrun: moved to the parking topic (park.go)
-	outRetried                     // nacked: failed, for the service to push again (push.go)
-
-	numOutcomes // the number of outcomes, for tables indexed by outcome
-)
-
 // settle acks or nacks every delivery of j's message, once (S11), and
 // counts it. At shutdown, a nack is left to the official client, which
 // sends it once its streams are closed (shutdown.go).
@@ -262,7 +242,7 @@ func (r *receiver) settle(j *job, out outcome) {
 		return
 	}
 	switch {
-	case out == outAcked || out == outDeduplicated || out == outSkipped || out == outParked:
+	case out.acks():
 		for _, m := range j.stale {
 			m.Ack()
 		}
@@ -281,7 +261,10 @@ func (r *receiver) settle(j *job, out outcome) {
 
 // count records how j was settled, in Stats and the metrics.
 func (r *receiver) count(j *job, out outcome) {
-	r.obs.settled(j, out, out == outFailed && r.deadLettered(j))
+	if out == outFailed && r.deadLettered(j) {
+		out = outDeadLettered // the service forwards it
+	}
+	r.obs.settled(out)
 	r.s.counts.settled[out].Add(1)
 }
 
