@@ -244,21 +244,6 @@ func WithKeyBacklog(n int) Option {
 	}
 }
 
-// WithQueueSize is the former name of [WithKeyBacklog]. Deliveries now wait
-// per key rather than per partition, and never make the official client
-// wait.
-//
-// Deprecated: use [WithKeyBacklog].
-func WithQueueSize(n int) Option {
-	return func(c *config) error {
-		if n < 1 {
-			return invalid("WithQueueSize(%d): need at least 1", n)
-		}
-		c.keyBacklog = n
-		return nil
-	}
-}
-
 // WithMaxAttempts sets how many failed handler calls of a message, counted
 // across its deliveries, make it fail for good (S5). Until then, a failed
 // call is retried after a backoff while its key waits; then the failure
