@@ -217,20 +217,15 @@ func (r *receiver) deliver(ctx context.Context, m *pubsub.Message) {
 		r.settle(j, outSkipped) // published after Replay started
 		return
 	}
-	var l *lane
-	if m.OrderingKey == "" {
-		l = r.lanes.loose(r)
-	} else {
-		l = r.lanes.keyed(r, m.OrderingKey)
-	}
 	var fx effects
-	if out := l.accept(j, j.received); out != outQueued {
-		fx.add(j, out)
-	}
-	if !l.active {
-		l.next(&fx) // a turn if it has something to run, else it may go
-	}
-	l.sh.mu.Unlock()
+	l := r.lanes.with(r, m.OrderingKey, func(l *lane) {
+		if out := l.accept(j, j.received); out != outQueued {
+			fx.add(j, out)
+		}
+		if !l.active {
+			l.next(&fx) // a turn if it has something to run, else it may go
+		}
+	})
 	r.apply(l, &fx)
 }
 
@@ -312,4 +307,11 @@ func (r *receiver) stopped() bool {
 	default:
 		return false
 	}
+}
+
+// idle reports whether the receiver holds nothing: no delivery queued,
+// running or waiting for a retry, and no key waiting for a message it sent
+// back.
+func (r *receiver) idle() bool {
+	return r.room.msgs.Load() == 0 && r.lanes.idle()
 }
