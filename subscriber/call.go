@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"time"
+
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // The call path. Every handler call goes through call, whatever brought
@@ -53,10 +55,10 @@ type door interface {
 
 // A verdict is what the call path made of one call of a job.
 type verdict struct {
-	out   outcome       // outAcked to outFailed
-	err   error         // the handler's error; nil unless it failed
-	delay time.Duration // outRetried: the wait before the next call
-	took  time.Duration // the handler call's duration; 0 if not called
+	out   engine.Outcome // engine.Acked to engine.Failed
+	err   error          // the handler's error; nil unless it failed
+	delay time.Duration  // engine.Retried: the wait before the next call
+	took  time.Duration  // the handler call's duration; 0 if not called
 	// deadLettered is set when the message fails for good on its last
 	// delivery: nacked, the service forwards it to the dead-letter topic.
 	deadLettered bool
@@ -68,7 +70,7 @@ func (r *receiver) call(j *job, d door) {
 	// What runtime.Goexit leaves: judged as a failed call once the handler
 	// was called; before that (a logger of the user's that exits, while
 	// the checks log), a retry that costs no attempt, never an ack.
-	v := verdict{out: outRetried, err: ErrHandlerExited, delay: r.cfg.minBackoff}
+	v := verdict{out: engine.Retried, err: ErrHandlerExited, delay: r.cfg.minBackoff}
 	var began time.Time
 	var gap *Gap
 	defer func() {
@@ -84,17 +86,17 @@ func (r *receiver) call(j *job, d door) {
 		}
 	}()
 	if r.stopped() {
-		v = verdict{out: outShutdown} // S7
+		v = verdict{out: engine.Shutdown} // S7
 		return
 	}
 	if r.processedBefore(j.d.ID) {
-		v = verdict{out: outDeduplicated} // S6
+		v = verdict{out: engine.Deduplicated} // S6
 		return
 	}
 	now := time.Now()
 	var isCopy bool
 	if isCopy, gap = r.checkSequence(j, now); isCopy {
-		v = verdict{out: outDeduplicated} // S12
+		v = verdict{out: engine.Deduplicated} // S12
 		return
 	}
 	j.d.Attempt = r.tries.prior(j.d.ID).calls + 1
@@ -118,15 +120,15 @@ func invokeHandler(h Handler, ctx context.Context, d *Delivery) (err error) {
 // judge decides what becomes of a call that ended with v.err (S5).
 func (r *receiver) judge(j *job, v verdict) verdict {
 	if v.err == nil {
-		return verdict{out: outAcked, took: v.took}
+		return verdict{out: engine.Acked, took: v.took}
 	}
 	if r.stopped() {
-		return verdict{out: outShutdown, err: v.err, took: v.took} // no retries once stopping (S7)
+		return verdict{out: engine.Shutdown, err: v.err, took: v.took} // no retries once stopping (S7)
 	}
 	var later *RetryAfterError
 	counted := !errors.As(v.err, &later)
 	failures := r.tries.fail(j.d.ID, j.d.Attempt, counted)
-	v.out, v.delay = outRetried, r.backoff(failures)
+	v.out, v.delay = engine.Retried, r.backoff(failures)
 	if later != nil {
 		v.delay = later.Delay
 	}
@@ -140,24 +142,24 @@ func (r *receiver) judge(j *job, v verdict) verdict {
 	if spent || lastChance {
 		v.out = r.policy(j)
 	}
-	if v.out == outFailed || v.out == outHoldKey {
+	if v.out == engine.Failed || v.out == engine.HoldKey {
 		v.deadLettered = r.deadLettered(j)
 		if v.deadLettered {
-			v.out = outFailed // the service goes on with the key without it
+			v.out = engine.Failed // the service goes on with the key without it
 		}
 	}
 	return v
 }
 
 // policy is the failure policy for j, which failed for good (S5).
-func (r *receiver) policy(j *job) outcome {
+func (r *receiver) policy(j *job) engine.Outcome {
 	switch {
 	case r.parks(j):
-		return outParked
+		return engine.Parked
 	case j.d.Key != "" && r.s.ordered:
-		return outHoldKey
+		return engine.HoldKey
 	}
-	return outFailed // nothing to keep in order behind it (S8)
+	return engine.Failed // nothing to keep in order behind it (S8)
 }
 
 // parks reports whether a failure for good of j parks its key.
@@ -171,15 +173,15 @@ func (r *receiver) parks(j *job) bool {
 func (r *receiver) conclude(j *job, v verdict) {
 	id := j.d.ID
 	switch k := v.out; {
-	case k == outAcked:
+	case k == engine.Acked:
 		r.seen.add(id)
 		r.processedStamp(j)
 		if j.d.Attempt > 1 {
 			r.tries.succeed(id)
 		}
-	case k == outRetried:
+	case k == engine.Retried:
 		r.s.counts.retried.Add(1)
-	case k.forGood():
+	case k.ForGood():
 		j.err = v.err
 		if r.tries.giveUp(id) {
 			r.s.counts.failed.Add(1) // once per message
@@ -187,7 +189,7 @@ func (r *receiver) conclude(j *job, v verdict) {
 		if v.deadLettered {
 			r.s.counts.deadLettered.Add(1)
 		}
-		if k == outParked {
+		if k == engine.Parked {
 			r.tries.succeed(id) // a release gives it its attempts afresh
 		}
 		r.obs.messageFailed(j, v.deadLettered)

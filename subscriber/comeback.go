@@ -1,5 +1,7 @@
 package subscriber
 
+import "github.com/keyorder/keyorder/subscriber/internal/engine"
+
 // A comeback is the way back of a held key's messages: the failed one and
 // the tail the hold sent back after it, in the order this process first
 // received them, and those it kept in between. The hold's wait lasts until
@@ -37,19 +39,19 @@ func (c *comeback) keep(j *job) {
 }
 
 // back puts j, a delivery of a message that has a place, in it: queued, or
-// joined to the delivery there. A message with no place is outHeld.
-func (c *comeback) back(j *job) outcome {
+// joined to the delivery there. A message with no place is engine.Held.
+func (c *comeback) back(j *job) engine.Outcome {
 	i, ok := c.pos[j.d.ID]
 	switch {
 	case !ok:
-		return outHeld
+		return engine.Held
 	case c.slots[i] != nil:
 		c.slots[i].join(j.msg, false)
-		return outJoined
+		return engine.Joined
 	}
 	c.slots[i] = j
 	c.away--
-	return outQueued
+	return engine.Queued
 }
 
 // held returns the jobs waiting on the way back.

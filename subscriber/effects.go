@@ -1,5 +1,7 @@
 package subscriber
 
+import "github.com/keyorder/keyorder/subscriber/internal/engine"
+
 // effects collects what a change to a lane decided and must be done once
 // its shard's mutex is released: acks and nacks, which call into the
 // official client, the lane's next turn, and events for user callbacks,
@@ -13,9 +15,9 @@ type effects struct {
 // settlement is the fate of one job: acked, or nacked for a reason.
 type settlement struct {
 	j   *job
-	out outcome
+	out engine.Outcome
 }
 
-func (fx *effects) add(j *job, out outcome) {
+func (fx *effects) add(j *job, out engine.Outcome) {
 	fx.settle = append(fx.settle, settlement{j, out})
 }

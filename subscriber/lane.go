@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/keyorder/keyorder/internal/fifo"
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // A lane is one key's state in a Receive. It runs the key's deliveries one
@@ -144,7 +145,7 @@ func (l *lane) Run() {
 func (l *lane) Drop() {
 	l.update(func(_ time.Time) (fx effects) {
 		l.active, l.turn = false, false
-		l.drain(&fx, outShutdown)
+		l.drain(&fx, engine.Shutdown)
 		return fx
 	})
 }
@@ -179,7 +180,7 @@ func (l *lane) begin() *job {
 	l.turn = false
 	if r.stopped() {
 		l.active = false
-		l.drain(&fx, outShutdown)
+		l.drain(&fx, engine.Shutdown)
 		l.release()
 		return nil
 	}
@@ -216,11 +217,11 @@ func (l *lane) settle(j *job, v verdict) {
 		}
 		l.note(j, v, now, &fx)
 		switch v.out {
-		case outRetried:
+		case engine.Retried:
 			l.retryLater(j, v.delay, now)
-		case outParked:
+		case engine.Parked:
 			l.r.park.park(l, j, v.err) // lane_park.go: the next flight parks the key
-		case outHoldKey:
+		case engine.HoldKey:
 			l.hold(j, &fx)
 		default:
 			fx.add(j, v.out) // acked, deduplicated, shutdown, failed
@@ -238,7 +239,7 @@ func (l *lane) next(fx *effects) {
 		// flight is pending: it will call next again.
 		return
 	case l.r.stopped():
-		l.drain(fx, outShutdown)
+		l.drain(fx, engine.Shutdown)
 		l.active = false
 	case l.trouble != nil && l.trouble.held:
 		// Deliveries kept while the key is held wait for the failed
@@ -258,7 +259,7 @@ func (l *lane) next(fx *effects) {
 
 // drain takes every queued delivery out of the lane to be nacked with out,
 // and stops its timers, at shutdown. The shard's mutex must be held.
-func (l *lane) drain(fx *effects, out outcome) {
+func (l *lane) drain(fx *effects, out engine.Outcome) {
 	for j, ok := l.queue.Pop(); ok; j, ok = l.queue.Pop() {
 		fx.add(j, out)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/keyorder/keyorder/internal/telemetry"
 	"github.com/keyorder/keyorder/ordering"
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // A recorder turns the events a Receive already has into metrics and logs:
@@ -36,7 +37,7 @@ type recorder struct {
 	gauges           metric.Registration // nil if registering failed
 
 	// The attribute sets, made once: a measurement costs no allocation.
-	settledAs [numOutcomes][]metric.AddOption
+	settledAs [engine.NumOutcomes][]metric.AddOption
 	calledAs  [3][]metric.RecordOption // by callOK, callError, callPanic
 
 	// refused counts push requests refused since the last warning, and
@@ -135,10 +136,10 @@ func newRecorder(s *Subscription, look gaugeSource) *recorder {
 		}
 	}
 
-	for out := range numOutcomes {
+	for out := range engine.NumOutcomes {
 		kv := []attribute.KeyValue{sub, attribute.String(attrOutcome, out.String())}
-		if out.reason() != "" {
-			kv = append(kv, attribute.String(attrReason, out.reason()))
+		if out.Reason() != "" {
+			kv = append(kv, attribute.String(attrReason, out.Reason()))
 		}
 		o.settledAs[out] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(kv...))}
 	}
@@ -157,7 +158,7 @@ func (o *recorder) close() {
 }
 
 // settled records that a delivery was settled with out.
-func (o *recorder) settled(out outcome) {
+func (o *recorder) settled(out engine.Outcome) {
 	o.deliveries.Add(context.Background(), 1, o.settledAs[out]...)
 }
 

@@ -11,24 +11,16 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
-// TestOutcomeNames pins the values of keyorder.outcome that dashboards
-// and alerts match: those of the issue, parked included for the parking
-// of failed keys.
+// TestOutcomeNames pins the values of keyorder.outcome of the handler's
+// calls that dashboards and alerts match; those of settled messages are
+// pinned with the outcome type (engine.TestOutcomeLabels).
 func TestOutcomeNames(t *testing.T) {
 	t.Parallel()
-	assert.Equal(t,
-		[]string{"acked", "nacked", "deduplicated", "held", "dead_lettered", "parked"},
-		[]string{outAcked.String(), outFailed.String(), outDeduplicated.String(), outHeld.String(),
-			outDeadLettered.String(), outParked.String()})
 	assert.Equal(t, [3]string{"ok", "error", "panic"}, callOutcomes)
-	for out, want := range map[outcome]string{
-		outShutdown: "shutdown", outRetried: "retry", outFailed: "failed", outHeld: "hold",
-		outTail: "tail", outRoom: "room", outSkipped: "replay_range", outDeadLettered: "failed",
-	} {
-		assert.Equal(t, want, out.reason(), "keyorder.reason of %s", out)
-	}
 }
 
 // TestSequenceLogs checks the hooks the check of per-key sequence numbers
@@ -88,8 +80,8 @@ func BenchmarkRecorder(b *testing.B) {
 			j := &job{ctx: context.Background(), d: Delivery{ID: "1", Key: "k"}}
 			b.ReportAllocs()
 			for b.Loop() {
-				o.handled(j, verdict{out: outAcked, took: time.Millisecond})
-				o.settled(outAcked)
+				o.handled(j, verdict{out: engine.Acked, took: time.Millisecond})
+				o.settled(engine.Acked)
 			}
 		})
 	}

@@ -8,6 +8,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
 	"github.com/keyorder/keyorder/subscriber/internal/seqwindow"
 	"github.com/keyorder/keyorder/workers"
 )
@@ -210,16 +211,16 @@ func (r *receiver) deliver(ctx context.Context, m *pubsub.Message) {
 	if r.processedBefore(m.ID) {
 		// S6: processed already; acking again runs nothing. The call path
 		// checks again before the call; this spares the delivery a turn.
-		r.settle(j, outDeduplicated)
+		r.settle(j, engine.Deduplicated)
 		return
 	}
 	if !r.s.replay.admits(m) {
-		r.settle(j, outSkipped) // published after Replay started
+		r.settle(j, engine.Skipped) // published after Replay started
 		return
 	}
 	var fx effects
 	l := r.lanes.with(r, m.OrderingKey, func(l *lane) {
-		if out := l.accept(j, j.received); out != outQueued {
+		if out := l.accept(j, j.received); out != engine.Queued {
 			fx.add(j, out)
 		}
 		if !l.active {
@@ -232,18 +233,18 @@ func (r *receiver) deliver(ctx context.Context, m *pubsub.Message) {
 // settle acks or nacks every delivery of j's message, once (S11), and
 // counts it. At shutdown, a nack is left to the official client, which
 // sends it once its streams are closed (shutdown.go).
-func (r *receiver) settle(j *job, out outcome) {
-	if out == outJoined || out == outQueued || !j.settled.CompareAndSwap(false, true) {
+func (r *receiver) settle(j *job, out engine.Outcome) {
+	if out == engine.Joined || out == engine.Queued || !j.settled.CompareAndSwap(false, true) {
 		return
 	}
 	switch {
-	case out.acks():
+	case out.Acks():
 		for _, m := range j.stale {
 			m.Ack()
 		}
-		r.ack(j, out == outAcked)
+		r.ack(j, out == engine.Acked)
 		r.ending.acked()
-	case out == outShutdown && r.ending.hold(j):
+	case out == engine.Shutdown && r.ending.hold(j):
 	default:
 		for _, m := range j.stale {
 			m.Nack()
@@ -255,9 +256,9 @@ func (r *receiver) settle(j *job, out outcome) {
 }
 
 // count records how j was settled, in Stats and the metrics.
-func (r *receiver) count(j *job, out outcome) {
-	if out == outFailed && r.deadLettered(j) {
-		out = outDeadLettered // the service forwards it
+func (r *receiver) count(j *job, out engine.Outcome) {
+	if out == engine.Failed && r.deadLettered(j) {
+		out = engine.DeadLettered // the service forwards it
 	}
 	r.obs.settled(out)
 	r.s.counts.settled[out].Add(1)

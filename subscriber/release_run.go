@@ -14,6 +14,7 @@ import (
 
 	"github.com/keyorder/keyorder/ordering"
 	"github.com/keyorder/keyorder/subscriber/internal/controllog"
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
 	"github.com/keyorder/keyorder/subscriber/internal/ephemeral"
 )
 
@@ -213,11 +214,11 @@ func (rr *releaseRun) runOne(ctx context.Context, id string, m *pubsub.Message) 
 		}()
 		<-called
 		switch v := rr.last; {
-		case v.out == outAcked || v.out == outDeduplicated:
+		case v.out == engine.Acked || v.out == engine.Deduplicated:
 			return rr.recorded
-		case v.out == outShutdown:
+		case v.out == engine.Shutdown:
 			return ErrNotReceiving // no retries once shutting down (S7); the key stays parked
-		case v.out.forGood():
+		case v.out.ForGood():
 			rr.p.told(KeyParked, rr.key, causeOf(j, v.err), time.Now(), "") // it stays parked, with this message first
 			return fmt.Errorf("%w: %q at message %s: %w", ErrParkedAgain, rr.key, id, v.err)
 		default:
@@ -237,12 +238,12 @@ func (rr *releaseRun) settle(j *job, v verdict) {
 	rr.last = v
 	id := j.d.ID
 	switch {
-	case v.out == outAcked || v.out == outDeduplicated:
+	case v.out == engine.Acked || v.out == engine.Deduplicated:
 		rr.done[id] = true
 		delete(rr.content, id)
 		rr.p.r.s.counts.released.Add(1)
 		rr.recorded = rr.progress(id)
-	case v.out.forGood():
+	case v.out.ForGood():
 		rr.stop(v.err, id, v.err.Error())
 	}
 }
