@@ -9,15 +9,6 @@ import "time"
 // they read of a pull delivery's, and the held-key record notes the
 // verdict through the same note as the pull path.
 
-// pushing marks j, a push request's job, as the running call of its key's
-// lane, or of a lane of its own if it has no key, and returns the lane.
-func (ls *lanes) pushing(r *receiver, j *job) *lane {
-	return ls.with(r, j.d.Key, func(l *lane) {
-		j.fresh = l.holdsNothing()
-		l.running, l.busySince = j, time.Now()
-	})
-}
-
 // pushed ends j's call in the lane, which the call path judged v: the
 // held-key record notes v, and the lane goes once it holds nothing. It
 // returns the key events to tell.

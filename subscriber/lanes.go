@@ -3,6 +3,7 @@ package subscriber
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // laneShards spreads the lanes over this many mutexes.
@@ -116,4 +117,13 @@ func (ls *lanes) snapshot() (queued, running int, held []HeldKey) {
 	})
 	sortHeld(held)
 	return queued, running, held
+}
+
+// pushing marks j, a push request's job, as the running call of its key's
+// lane, or of a lane of its own if it has no key, and returns the lane.
+func (ls *lanes) pushing(r *receiver, j *job) *lane {
+	return ls.with(r, j.d.Key, func(l *lane) {
+		j.fresh = l.holdsNothing()
+		l.running, l.busySince = j, time.Now()
+	})
 }
