@@ -22,6 +22,20 @@ const root = "../.."
 // maxFileLines is STYLE's bound on a file's length.
 const maxFileLines = 500
 
+// maxMethodFiles is issue 33's bound on the files a type's methods live in.
+const maxMethodFiles = 2
+
+// spread are the types whose methods live in more than maxMethodFiles
+// files today, and in how many: the figures only shrink.
+var spread = map[string]int{
+	"subscriber.Subscription":            10, // the facade's public type may spread by feature
+	"subscriber.receiver":                11,
+	"subscriber.lane":                    7,
+	"subscriber.parking":                 6,
+	"subscriber.pushEndpoint":            3,
+	"subscriber/internal/controllog.Log": 3,
+}
+
 // file is one parsed non-test Go file of subscriber/...
 type file struct {
 	pkg   string // directory, relative to root
@@ -211,13 +225,15 @@ func TestSubscriberStructure(t *testing.T) {
 				typ, count[typ], len(where[typ]), len(writers[typ]))
 		}
 	}
-	spread := 0
-	for _, fs := range where {
-		if len(fs) > 2 {
-			spread++
+	over := 0
+	for _, typ := range slices.Sorted(maps.Keys(where)) {
+		n := len(where[typ])
+		if n > maxMethodFiles {
+			over++
 		}
+		assert.LessOrEqual(t, n, max(maxMethodFiles, spread[typ]), "files holding the methods of %s", typ)
 	}
-	t.Logf("types with methods in more than 2 files: %d", spread)
+	t.Logf("types with methods in more than %d files: %d", maxMethodFiles, over)
 	for _, typ := range slices.Sorted(maps.Keys(writers)) {
 		if foreign := foreignWriters(typ, where[typ], writers[typ], files); len(foreign) > 0 {
 			t.Logf("fields of %s written in files without its methods: %v", typ, foreign)
