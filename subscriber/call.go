@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"time"
+
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // The call path. Every handler call goes through call, whatever brought
@@ -51,28 +53,12 @@ type door interface {
 	settle(j *job, v verdict)
 }
 
-// verdictKind is what the call path decided of one call.
-type verdictKind uint8
-
-const (
-	ran      verdictKind = iota // the handler returned nil: ack (S4)
-	copied                      // not called, processed already (S6, S12): ack
-	stopped                     // not called, or failed, while Receive stops (S7)
-	retrying                    // failed: call again after delay (S5)
-	holdKey                     // failed for good: nack, and hold the key until it comes back (S5)
-	parkKey                     // failed for good: park the key (WithParking)
-	forsaken                    // failed for good, nothing to hold (S8) or dead-lettered: nack
-)
-
-// forGood reports whether the message failed for good.
-func (k verdictKind) forGood() bool { return k >= holdKey }
-
 // A verdict is what the call path made of one call of a job.
 type verdict struct {
-	kind  verdictKind
-	err   error         // the handler's error; nil unless it failed
-	delay time.Duration // retrying: the wait before the next call
-	took  time.Duration // the handler call's duration; 0 if not called
+	out   engine.Outcome // engine.Acked to engine.Failed
+	err   error          // the handler's error; nil unless it failed
+	delay time.Duration  // engine.Retried: the wait before the next call
+	took  time.Duration  // the handler call's duration; 0 if not called
 	// deadLettered is set when the message fails for good on its last
 	// delivery: nacked, the service forwards it to the dead-letter topic.
 	deadLettered bool
@@ -84,7 +70,7 @@ func (r *receiver) call(j *job, d door) {
 	// What runtime.Goexit leaves: judged as a failed call once the handler
 	// was called; before that (a logger of the user's that exits, while
 	// the checks log), a retry that costs no attempt, never an ack.
-	v := verdict{kind: retrying, err: ErrHandlerExited, delay: r.cfg.minBackoff}
+	v := verdict{out: engine.Retried, err: ErrHandlerExited, delay: r.cfg.minBackoff}
 	var began time.Time
 	var gap *Gap
 	defer func() {
@@ -100,17 +86,17 @@ func (r *receiver) call(j *job, d door) {
 		}
 	}()
 	if r.stopped() {
-		v = verdict{kind: stopped} // S7
+		v = verdict{out: engine.Shutdown} // S7
 		return
 	}
 	if r.processedBefore(j.d.ID) {
-		v = verdict{kind: copied} // S6
+		v = verdict{out: engine.Deduplicated} // S6
 		return
 	}
 	now := time.Now()
 	var isCopy bool
 	if isCopy, gap = r.checkSequence(j, now); isCopy {
-		v = verdict{kind: copied} // S12
+		v = verdict{out: engine.Deduplicated} // S12
 		return
 	}
 	j.d.Attempt = r.tries.prior(j.d.ID).calls + 1
@@ -134,15 +120,15 @@ func invokeHandler(h Handler, ctx context.Context, d *Delivery) (err error) {
 // judge decides what becomes of a call that ended with v.err (S5).
 func (r *receiver) judge(j *job, v verdict) verdict {
 	if v.err == nil {
-		return verdict{kind: ran, took: v.took}
+		return verdict{out: engine.Acked, took: v.took}
 	}
 	if r.stopped() {
-		return verdict{kind: stopped, err: v.err, took: v.took} // no retries once stopping (S7)
+		return verdict{out: engine.Shutdown, err: v.err, took: v.took} // no retries once stopping (S7)
 	}
 	var later *RetryAfterError
 	counted := !errors.As(v.err, &later)
 	failures := r.tries.fail(j.d.ID, j.d.Attempt, counted)
-	v.kind, v.delay = retrying, r.backoff(failures)
+	v.out, v.delay = engine.Retried, r.backoff(failures)
 	if later != nil {
 		v.delay = later.Delay
 	}
@@ -154,26 +140,26 @@ func (r *receiver) judge(j *job, v verdict) verdict {
 	// wins, on every door, so that the key's later messages wait.
 	lastChance := j.retriesByNack && r.parks(j) && r.deadLettered(j)
 	if spent || lastChance {
-		v.kind = r.policy(j)
+		v.out = r.policy(j)
 	}
-	if v.kind == forsaken || v.kind == holdKey {
+	if v.out == engine.Failed || v.out == engine.HoldKey {
 		v.deadLettered = r.deadLettered(j)
 		if v.deadLettered {
-			v.kind = forsaken // the service goes on with the key without it
+			v.out = engine.Failed // the service goes on with the key without it
 		}
 	}
 	return v
 }
 
 // policy is the failure policy for j, which failed for good (S5).
-func (r *receiver) policy(j *job) verdictKind {
+func (r *receiver) policy(j *job) engine.Outcome {
 	switch {
 	case r.parks(j):
-		return parkKey
+		return engine.Parked
 	case j.d.Key != "" && r.s.ordered:
-		return holdKey
+		return engine.HoldKey
 	}
-	return forsaken // nothing to keep in order behind it (S8)
+	return engine.Failed // nothing to keep in order behind it (S8)
 }
 
 // parks reports whether a failure for good of j parks its key.
@@ -186,16 +172,16 @@ func (r *receiver) parks(j *job) bool {
 // counts and the log of a failure for good.
 func (r *receiver) conclude(j *job, v verdict) {
 	id := j.d.ID
-	switch k := v.kind; {
-	case k == ran:
+	switch k := v.out; {
+	case k == engine.Acked:
 		r.seen.add(id)
 		r.processedStamp(j)
 		if j.d.Attempt > 1 {
 			r.tries.succeed(id)
 		}
-	case k == retrying:
+	case k == engine.Retried:
 		r.s.counts.retried.Add(1)
-	case k.forGood():
+	case k.ForGood():
 		j.err = v.err
 		if r.tries.giveUp(id) {
 			r.s.counts.failed.Add(1) // once per message
@@ -203,7 +189,7 @@ func (r *receiver) conclude(j *job, v verdict) {
 		if v.deadLettered {
 			r.s.counts.deadLettered.Add(1)
 		}
-		if k == parkKey {
+		if k == engine.Parked {
 			r.tries.succeed(id) // a release gives it its attempts afresh
 		}
 		r.obs.messageFailed(j, v.deadLettered)

@@ -90,17 +90,17 @@ func liveReceiver(tb testing.TB, keys, perKey int) *Subscription {
 	})
 	start := time.Now().Add(-time.Hour)
 	for k := range keys {
-		l := r.lanes.keyed(r, fmt.Sprintf("customer-%06d", k))
-		for i := range perKey {
-			j := &job{d: Delivery{ID: fmt.Sprint(k*perKey + i)}, received: start.Add(time.Duration(k*perKey+i) * time.Millisecond)}
-			if i == 0 && k%10 == 0 {
-				l.running, l.busySince = j, j.received
-				continue
+		r.lanes.with(r, fmt.Sprintf("customer-%06d", k), func(l *lane) {
+			for i := range perKey {
+				j := &job{d: Delivery{ID: fmt.Sprint(k*perKey + i)}, received: start.Add(time.Duration(k*perKey+i) * time.Millisecond)}
+				if i == 0 && k%10 == 0 {
+					l.running, l.busySince = j, j.received
+					continue
+				}
+				l.queue.Push(j)
 			}
-			l.queue.Push(j)
-		}
-		l.stats.ran(time.Duration(k) * time.Microsecond)
-		l.sh.mu.Unlock()
+			l.stats.ran(time.Duration(k) * time.Microsecond)
+		})
 	}
 	s.current.Store(r)
 	return s

@@ -112,7 +112,7 @@ func TestOptionsAreValidated(t *testing.T) {
 	topic, sub := names()
 	for _, opt := range []subscriber.Option{
 		subscriber.WithWorkers(0),
-		subscriber.WithQueueSize(0),
+		subscriber.WithKeyBacklog(0),
 		subscriber.WithMaxAttempts(0),
 		subscriber.WithBackoff(0, time.Second),
 		subscriber.WithBackoff(2*time.Second, time.Second),

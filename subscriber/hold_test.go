@@ -27,7 +27,7 @@ import (
 func TestHoldOutlastsStaleDeliveries(t *testing.T) {
 	t.Parallel()
 	const wait = 50 * time.Millisecond
-	e := newFakeEnv(t, nil, subscriber.WithWorkers(1), subscriber.WithQueueSize(1),
+	e := newFakeEnv(t, nil, subscriber.WithWorkers(1), subscriber.WithKeyBacklog(1),
 		subscriber.WithMaxAttempts(1), subscriber.WithRedeliveryWait(wait), fast)
 	p, err := publisher.New(e.client, e.topic)
 	require.NoError(t, err)

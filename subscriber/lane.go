@@ -1,30 +1,11 @@
 package subscriber
 
 import (
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/keyorder/keyorder/internal/fifo"
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
-
-// laneShards spreads the lanes over this many mutexes.
-const laneShards = 64
-
-// lanes holds a lane for every key with something in this Receive: a
-// delivery queued or running, a retry pending, or a hold (S5). A key with
-// none of these has no lane, so idle keys leave nothing behind.
-type lanes struct {
-	shards [laneShards]laneShard
-	next   atomic.Uint32 // spreads the lanes of unkeyed messages over the shards
-}
-
-// A laneShard guards its lanes, and every field of each, with mu.
-type laneShard struct {
-	mu    sync.Mutex
-	keyed map[string]*lane // by key
-	loose map[*lane]bool   // lanes of messages without a key, one message each
-}
 
 // A lane is one key's state in a Receive. It runs the key's deliveries one
 // at a time, in the order they arrived, or, where the server may
@@ -43,16 +24,9 @@ type laneShard struct {
 // A message without a key gets a lane of its own, outside the map of keys,
 // that lives as long as that one message.
 //
-// Its methods, all in lane*.go: here, its life (release), its turn (Run,
-// Drop, begin, settle, next, drain, wait, due), update and heldKey;
-// accept, which takes a new delivery, with place and putBack, in
-// lane_accept.go; the held-key record and the failure policy (note,
-// retryLater, hold, nackTail, back, endTrouble, lapsed) in
-// lane_failure.go; room (stuck, shed, sendBack, closeRoomGap)
-// in lane_room.go; parking (divert, park, flights, unfence) in
-// lane_park.go; push's bookkeeping in lane_push.go; and what Stats reads
-// (partition, oldest) in lane_census.go. Nothing else writes a lane's
-// fields.
+// Its methods are in lane.go, its life and its turn, and in lane_*.go, a
+// file per concern: accepting a delivery, failure, room, parking, push's
+// bookkeeping and what Stats reads (the census).
 type lane struct {
 	r   *receiver // set when made
 	sh  *laneShard
@@ -114,108 +88,6 @@ type trouble struct {
 	way *comeback
 }
 
-// A comeback is the way back of a held key's messages: the failed one and
-// the tail the hold sent back after it, in the order this process first
-// received them, and those it kept in between. The hold's wait lasts until
-// every one sent back has come back, so that they run in that order
-// whatever order the server sends them back in: the service sends a key's
-// tail again in order, but Google's emulator sends only what was nacked,
-// in the order of the nack request, which the official client makes from
-// a map.
-type comeback struct {
-	pos   map[string]int // a message's place, by ID
-	slots []*job         // in order; nil for one still away
-	away  int            // how many are still away
-}
-
-func newComeback(failed string) *comeback {
-	c := &comeback{pos: map[string]int{}}
-	c.send(failed)
-	return c
-}
-
-// send gives id, sent back, the next place.
-func (c *comeback) send(id string) {
-	if _, ok := c.pos[id]; ok {
-		return
-	}
-	c.pos[id] = len(c.slots)
-	c.slots = append(c.slots, nil)
-	c.away++
-}
-
-// keep gives j, kept here, the next place.
-func (c *comeback) keep(j *job) {
-	c.pos[j.d.ID] = len(c.slots)
-	c.slots = append(c.slots, j)
-}
-
-// back puts j, a delivery of a message that has a place, in it: queued, or
-// joined to the delivery there. A message with no place is outHeld.
-func (c *comeback) back(j *job) outcome {
-	i, ok := c.pos[j.d.ID]
-	switch {
-	case !ok:
-		return outHeld
-	case c.slots[i] != nil:
-		c.slots[i].join(j.msg, false)
-		return outJoined
-	}
-	c.slots[i] = j
-	c.away--
-	return outQueued
-}
-
-// held returns the jobs waiting on the way back.
-func (c *comeback) held() int {
-	n := 0
-	for _, j := range c.slots {
-		if j != nil {
-			n++
-		}
-	}
-	return n
-}
-
-// keyed returns the lane of key, making it if there is none, with its
-// shard's mutex locked; the caller unlocks it.
-func (ls *lanes) keyed(r *receiver, key string) *lane {
-	sh := &ls.shards[laneHash(key)%laneShards]
-	sh.mu.Lock()
-	if l := sh.keyed[key]; l != nil {
-		return l
-	}
-	if sh.keyed == nil {
-		sh.keyed = make(map[string]*lane)
-	}
-	l := &lane{r: r, sh: sh, key: key}
-	sh.keyed[key] = l
-	return l
-}
-
-// loose returns a new lane for one message without a key, with its shard's
-// mutex locked; the caller unlocks it.
-func (ls *lanes) loose(r *receiver) *lane {
-	sh := &ls.shards[ls.next.Add(1)%laneShards]
-	sh.mu.Lock()
-	if sh.loose == nil {
-		sh.loose = make(map[*lane]bool)
-	}
-	l := &lane{r: r, sh: sh}
-	sh.loose[l] = true
-	return l
-}
-
-// laneHash is FNV-1a, 32 bits: it only spreads keys over the shards.
-func laneHash(key string) uint32 {
-	h := uint32(2166136261)
-	for i := 0; i < len(key); i++ {
-		h ^= uint32(key[i])
-		h *= 16777619
-	}
-	return h
-}
-
 // release removes the lane from its shard once it holds nothing. The
 // shard's mutex must be held.
 func (l *lane) release() {
@@ -227,37 +99,6 @@ func (l *lane) release() {
 	} else if l.sh.keyed[l.key] == l {
 		delete(l.sh.keyed, l.key)
 	}
-}
-
-// each calls f for every lane, with its shard's mutex held.
-func (ls *lanes) each(f func(l *lane)) {
-	for i := range ls.shards {
-		sh := &ls.shards[i]
-		sh.mu.Lock()
-		for _, l := range sh.keyed {
-			f(l)
-		}
-		for l := range sh.loose {
-			f(l)
-		}
-		sh.mu.Unlock()
-	}
-}
-
-// snapshot counts the deliveries queued and running now, and lists the
-// keys waiting on a failed message.
-func (ls *lanes) snapshot() (queued, running int, held []HeldKey) {
-	ls.each(func(l *lane) {
-		queued += l.queue.Len()
-		if l.running != nil {
-			running++
-		}
-		if l.trouble != nil {
-			held = append(held, l.heldKey())
-		}
-	})
-	sortHeld(held)
-	return queued, running, held
 }
 
 // heldKey describes the lane's trouble. The shard's mutex must be held.
@@ -287,48 +128,6 @@ func (l *lane) heldKey() HeldKey {
 	return k
 }
 
-// effects collects what a change to a lane decided and must be done once
-// its shard's mutex is released: acks and nacks, which call into the
-// official client, the lane's next turn, and events for user callbacks,
-// which may block, panic or exit the goroutine.
-type effects struct {
-	settle []settlement
-	turn   bool
-	events []KeyEvent
-}
-
-// settlement is the fate of one job: acked, or nacked for a reason.
-type settlement struct {
-	j   *job
-	out outcome
-}
-
-func (fx *effects) add(j *job, out outcome) {
-	fx.settle = append(fx.settle, settlement{j, out})
-}
-
-// clock starts the timers of a Receive and waits for their functions.
-type clock struct{ wg sync.WaitGroup }
-
-// after calls f in its own goroutine after d, as time.AfterFunc does, and
-// counts it until it returns or is stopped.
-func (c *clock) after(d time.Duration, f func()) *time.Timer {
-	c.wg.Add(1)
-	return time.AfterFunc(d, func() {
-		defer c.wg.Done()
-		f()
-	})
-}
-
-// stop stops t, and reports whether f will not run.
-func (c *clock) stop(t *time.Timer) bool {
-	if t != nil && t.Stop() {
-		c.wg.Done()
-		return true
-	}
-	return false
-}
-
 // A turn is a lane's task in the worker pool: it runs the lane's oldest
 // delivery. The pool runs it on the lane key's partition, so a key's
 // turns never overlap, and it runs or drops each one exactly once.
@@ -346,7 +145,7 @@ func (l *lane) Run() {
 func (l *lane) Drop() {
 	l.update(func(_ time.Time) (fx effects) {
 		l.active, l.turn = false, false
-		l.drain(&fx, outShutdown)
+		l.drain(&fx, engine.Shutdown)
 		return fx
 	})
 }
@@ -381,7 +180,7 @@ func (l *lane) begin() *job {
 	l.turn = false
 	if r.stopped() {
 		l.active = false
-		l.drain(&fx, outShutdown)
+		l.drain(&fx, engine.Shutdown)
 		l.release()
 		return nil
 	}
@@ -417,21 +216,15 @@ func (l *lane) settle(j *job, v verdict) {
 			l.stats.ran(v.took)
 		}
 		l.note(j, v, now, &fx)
-		switch v.kind {
-		case ran:
-			fx.add(j, outAcked)
-		case copied:
-			fx.add(j, outDeduplicated)
-		case stopped:
-			fx.add(j, outShutdown)
-		case retrying:
+		switch v.out {
+		case engine.Retried:
 			l.retryLater(j, v.delay, now)
-		case parkKey:
+		case engine.Parked:
 			l.r.park.park(l, j, v.err) // lane_park.go: the next flight parks the key
-		case holdKey:
+		case engine.HoldKey:
 			l.hold(j, &fx)
-		case forsaken:
-			fx.add(j, outFailed)
+		default:
+			fx.add(j, v.out) // acked, deduplicated, shutdown, failed
 		}
 		return fx
 	})
@@ -446,7 +239,7 @@ func (l *lane) next(fx *effects) {
 		// flight is pending: it will call next again.
 		return
 	case l.r.stopped():
-		l.drain(fx, outShutdown)
+		l.drain(fx, engine.Shutdown)
 		l.active = false
 	case l.trouble != nil && l.trouble.held:
 		// Deliveries kept while the key is held wait for the failed
@@ -466,7 +259,7 @@ func (l *lane) next(fx *effects) {
 
 // drain takes every queued delivery out of the lane to be nacked with out,
 // and stops its timers, at shutdown. The shard's mutex must be held.
-func (l *lane) drain(fx *effects, out outcome) {
+func (l *lane) drain(fx *effects, out engine.Outcome) {
 	for j, ok := l.queue.Pop(); ok; j, ok = l.queue.Pop() {
 		fx.add(j, out)
 	}

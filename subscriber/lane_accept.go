@@ -1,24 +1,28 @@
 package subscriber
 
-import "time"
+import (
+	"time"
+
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
+)
 
 // accept decides what becomes of j, a new delivery on l: queued, joined to
 // a delivery of the same message already here, or nacked unrun. The
 // shard's mutex must be held.
-func (l *lane) accept(j *job, now time.Time) outcome {
+func (l *lane) accept(j *job, now time.Time) engine.Outcome {
 	r := l.r
 	if r.stopped() {
-		return outShutdown // S7
+		return engine.Shutdown // S7
 	}
 	id := j.d.ID
 	if l.running != nil && l.running.d.ID == id {
 		l.running.join(j.msg, true)
-		return outJoined
+		return engine.Joined
 	}
 	for i := 0; i < l.queue.Len(); i++ {
 		if q := l.queue.At(i); q.d.ID == id {
 			q.join(j.msg, false)
-			return outJoined
+			return engine.Joined
 		}
 	}
 	j.fresh = l.holdsNothing()
@@ -32,19 +36,19 @@ func (l *lane) accept(j *job, now time.Time) outcome {
 	}
 	if t := l.trouble; t != nil && t.held {
 		out := l.returning(j) // lane_failure.go: S5, and the order on the way back
-		if out == outQueued {
+		if out == engine.Queued {
 			r.take(j)
 		}
 		return out
 	} else if l.roomGap != "" && id != l.roomGap {
-		return outRoom // S10: an earlier message of the key was sent back
+		return engine.Room // S10: an earlier message of the key was sent back
 	} else if l.closeRoomGap(); !r.room.admit(l, j, now) {
 		l.openRoomGap(id)
-		return outRoom // S10
+		return engine.Room // S10
 	}
 	l.place(j, now)
 	r.take(j)
-	return outQueued
+	return engine.Queued
 }
 
 // place queues j, a new delivery, at the back of the lane, or, on a

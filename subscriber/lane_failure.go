@@ -1,6 +1,10 @@
 package subscriber
 
-import "time"
+import (
+	"time"
+
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
+)
 
 // A failed handler call is retried after a backoff, on the same delivery,
 // while the key waits without holding a worker (S5). The message fails
@@ -21,24 +25,24 @@ import "time"
 func (l *lane) note(j *job, v verdict, now time.Time, fx *effects) {
 	t := l.trouble
 	switch {
-	case v.kind == ran:
+	case v.out == engine.Acked:
 		if t != nil && t.id == j.d.ID {
 			l.endTrouble(fx, ReasonSucceeded, now)
 		}
 		return
-	case v.kind == copied || v.kind == stopped:
+	case v.out == engine.Deduplicated || v.out == engine.Shutdown:
 		return
 	case t == nil || t.id != j.d.ID:
 		t = &trouble{id: j.d.ID, since: now}
 		l.trouble = t
 	}
 	t.attempt, t.err, t.retryAt = j.d.Attempt, v.err, time.Time{}
-	switch v.kind {
-	case retrying:
+	switch v.out {
+	case engine.Retried:
 		t.retryAt = now.Add(v.delay)
-	case parkKey:
+	case engine.Parked:
 		l.endTrouble(nil, "", now) // parking tells of the park (KeyParked)
-	case forsaken:
+	case engine.Failed:
 		if v.deadLettered && l.key != "" && l.r.s.ordered {
 			// The service forwards the message instead of sending it
 			// back, and goes on with the key.
@@ -46,7 +50,7 @@ func (l *lane) note(j *job, v verdict, now time.Time, fx *effects) {
 		} else {
 			l.trouble = nil // nothing to keep in order behind it (S8)
 		}
-	case holdKey:
+	case engine.HoldKey:
 		t.held = true
 		t.lapse = l.r.clock.after(l.r.cfg.redeliveryWait, func() { l.lapsed(t) })
 		if !t.reported {
@@ -76,7 +80,7 @@ func (l *lane) retryLater(j *job, d time.Duration, now time.Time) {
 // sends them back in order, and the key is held until the message comes
 // back (note marked it held). The shard's mutex must be held.
 func (l *lane) hold(j *job, fx *effects) {
-	fx.add(j, outFailed)
+	fx.add(j, engine.Failed)
 	way := newComeback(j.d.ID)
 	l.nackTail(fx, way)
 	l.trouble.way = way
@@ -98,7 +102,7 @@ func (l *lane) nackTail(fx *effects, way *comeback) {
 			way.keep(q)
 			continue
 		}
-		fx.add(q, outTail)
+		fx.add(q, engine.Tail)
 		way.send(q.d.ID)
 	}
 }
@@ -117,19 +121,19 @@ func (l *lane) nackTail(fx *effects, way *comeback) {
 // The service sends them again after the failed message and its tail, in
 // order; Google's emulator sends them in the nack request's order, which
 // this cannot mend (DESIGN.md, Lanes). The shard's mutex must be held.
-func (l *lane) returning(j *job) outcome {
+func (l *lane) returning(j *job) engine.Outcome {
 	way := l.trouble.way
 	switch out := way.back(j); {
-	case out != outHeld:
+	case out != engine.Held:
 		if way.away == 0 {
 			l.comeBack()
 		}
 		return out
 	case l.r.deadLettered(j):
 		way.keep(j)
-		return outQueued
+		return engine.Queued
 	default:
-		return outHeld
+		return engine.Held
 	}
 }
 

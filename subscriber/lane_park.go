@@ -10,6 +10,7 @@ import (
 	"github.com/keyorder/keyorder/ordering"
 	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/subscriber/internal/controllog"
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // The lanes' side of parking: the hooks a lane calls (accept, divert,
@@ -271,7 +272,7 @@ func (fl *flight) land(parked bool, err error) {
 			r.parked(&fx, fl.jobs...)
 		case r.stopped():
 			for _, j := range fl.jobs {
-				fx.add(j, outShutdown)
+				fx.add(j, engine.Shutdown)
 			}
 		default:
 			for i := len(fl.jobs) - 1; i >= 0; i-- {
@@ -298,7 +299,7 @@ func (l *lane) unfence() {
 // counted in Stats.Parked. Every door that parks calls it.
 func (r *receiver) parked(fx *effects, jobs ...*job) {
 	for _, j := range jobs {
-		fx.add(j, outParked)
+		fx.add(j, engine.Parked)
 	}
 	r.s.counts.parked.Add(int64(len(jobs)))
 }

@@ -9,21 +9,6 @@ import "time"
 // they read of a pull delivery's, and the held-key record notes the
 // verdict through the same note as the pull path.
 
-// pushing marks j, a push request's job, as the running call of its key's
-// lane, or of a lane of its own if it has no key, and returns the lane.
-func (ls *lanes) pushing(r *receiver, j *job) *lane {
-	var l *lane
-	if j.d.Key == "" {
-		l = ls.loose(r)
-	} else {
-		l = ls.keyed(r, j.d.Key)
-	}
-	j.fresh = l.holdsNothing()
-	l.running, l.busySince = j, time.Now()
-	l.sh.mu.Unlock()
-	return l
-}
-
 // pushed ends j's call in the lane, which the call path judged v: the
 // held-key record notes v, and the lane goes once it holds nothing. It
 // returns the key events to tell.

@@ -3,6 +3,8 @@ package subscriber
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // room keeps one key's backlog from using up the official client's flow
@@ -169,7 +171,7 @@ func (l *lane) shed(now time.Time, fx *effects) {
 	tail := l.queue.Truncate(l.r.room.perKey, nil)
 	l.openRoomGap(tail[0].d.ID) // the oldest nacked comes back first
 	for _, j := range tail {
-		fx.add(j, outRoom)
+		fx.add(j, engine.Room)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/keyorder/keyorder/internal/telemetry"
 	"github.com/keyorder/keyorder/ordering"
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // A recorder turns the events a Receive already has into metrics and logs:
@@ -36,9 +37,8 @@ type recorder struct {
 	gauges           metric.Registration // nil if registering failed
 
 	// The attribute sets, made once: a measurement costs no allocation.
-	settledAs    [numOutcomes][]metric.AddOption
-	deadLettered []metric.AddOption
-	calledAs     [3][]metric.RecordOption // by callOK, callError, callPanic
+	settledAs [engine.NumOutcomes][]metric.AddOption
+	calledAs  [3][]metric.RecordOption // by callOK, callError, callPanic
 
 	// refused counts push requests refused since the last warning, and
 	// refusedLogged is when that was, in Unix ns (pushRefused).
@@ -67,15 +67,6 @@ const (
 	attrOutcome      = "keyorder.outcome"
 	// attrReason says why a delivery was nacked, or held.
 	attrReason = "keyorder.reason"
-
-	// Outcomes of keyorder.subscriber.deliveries.
-	outcomeAcked        = "acked"         // after the handler returned nil (S4)
-	outcomeDeduplicated = "deduplicated"  // processed already: acked unrun (S6)
-	outcomeNacked       = "nacked"        // reason failed, room or shutdown
-	outcomeHeld         = "held"          // nacked unrun for a hold: reason hold or tail (S5)
-	outcomeDeadLettered = "dead_lettered" // failed for good on its last delivery: the service forwards it
-	// outcomeParked: moved to the parking topic and acked (WithParking).
-	outcomeParked = "parked"
 
 	// Outcomes of keyorder.subscriber.handler.duration.
 	callOK, callError, callPanic = 0, 1, 2
@@ -145,24 +136,13 @@ func newRecorder(s *Subscription, look gaugeSource) *recorder {
 		}
 	}
 
-	settled := func(outcome, reason string) []metric.AddOption {
-		kv := []attribute.KeyValue{sub, attribute.String(attrOutcome, outcome)}
-		if reason != "" {
-			kv = append(kv, attribute.String(attrReason, reason))
+	for out := range engine.NumOutcomes {
+		kv := []attribute.KeyValue{sub, attribute.String(attrOutcome, out.String())}
+		if out.Reason() != "" {
+			kv = append(kv, attribute.String(attrReason, out.Reason()))
 		}
-		return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(kv...))}
+		o.settledAs[out] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(kv...))}
 	}
-	o.settledAs[outAcked] = settled(outcomeAcked, "")
-	o.settledAs[outDeduplicated] = settled(outcomeDeduplicated, "")
-	o.settledAs[outFailed] = settled(outcomeNacked, "failed")
-	o.settledAs[outRoom] = settled(outcomeNacked, "room")
-	o.settledAs[outShutdown] = settled(outcomeNacked, "shutdown")
-	o.settledAs[outHeld] = settled(outcomeHeld, "hold")
-	o.settledAs[outTail] = settled(outcomeHeld, "tail")
-	o.settledAs[outSkipped] = settled(outcomeAcked, "replay_range")
-	o.settledAs[outParked] = settled(outcomeParked, "")
-	o.settledAs[outRetried] = settled(outcomeNacked, "retry")
-	o.deadLettered = settled(outcomeDeadLettered, "failed")
 	o.unverifiedAs = []metric.AddOption{observed}
 	for i, c := range callOutcomes {
 		o.calledAs[i] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(sub, attribute.String(attrOutcome, c)))}
@@ -177,15 +157,9 @@ func (o *recorder) close() {
 	}
 }
 
-// settled records that j was settled with out. deadLettered is set when j
-// failed for good on its last delivery, which the service forwards to the
-// dead-letter topic.
-func (o *recorder) settled(j *job, out outcome, deadLettered bool) {
-	opts := o.settledAs[out]
-	if deadLettered {
-		opts = o.deadLettered
-	}
-	o.deliveries.Add(context.Background(), 1, opts...)
+// settled records that a delivery was settled with out.
+func (o *recorder) settled(out engine.Outcome) {
+	o.deliveries.Add(context.Background(), 1, o.settledAs[out]...)
 }
 
 // messageFailed logs that j's message failed for good, with its last

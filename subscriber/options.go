@@ -1,16 +1,14 @@
 package subscriber
 
 import (
-	"fmt"
 	"log/slog"
-	"strings"
+
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/keyorder/keyorder/internal/resource"
-	"github.com/keyorder/keyorder/ordering"
 )
 
 // Defaults of the options.
@@ -32,145 +30,6 @@ const (
 // An Option configures a [Subscription]. Options are checked once, in
 // [CreateWithTopic] or [Open].
 type Option func(*config) error
-
-type config struct {
-	workers        int
-	partitions     int
-	keyBacklog     int
-	maxAttempts    int
-	minBackoff     time.Duration
-	maxBackoff     time.Duration
-	drainTimeout   time.Duration
-	dedupWindow    int
-	redeliveryWait time.Duration
-	receive        pubsub.ReceiveSettings
-	onError        func(d *Delivery, err error)
-	onKeyEvent     func(KeyEvent)
-	exactlyOnce    bool
-	seqWindow      int                  // sequence.go
-	anyOrder       bool                 // sequence.go: WithUnorderedRedelivery
-	stampKeys      *ordering.StampKeys  // stampkey.go: nil verifies nothing
-	onGap          func(Gap)            // sequence.go
-	quiet          time.Duration        // replay.go
-	meterProvider  metric.MeterProvider // nil: the global one, when Receive starts
-	logger         *slog.Logger         // nil: slog.Default(), when Receive starts
-	policies       servicePolicies      // the service's, for a subscription created (policies.go)
-	topicRetention time.Duration        // for a topic created; 0 for none (subscription.go)
-	push           pushOptions          // push.go
-	parking        string               // the parking topic; "" for none (park.go)
-	parkingWait    time.Duration        // internal/barrier
-	parkingWaitSet bool                 // WithParkingWait was given
-}
-
-func newConfig(opts []Option) (config, error) {
-	c := config{
-		partitions:     DefaultPartitions,
-		keyBacklog:     DefaultKeyBacklog,
-		maxAttempts:    DefaultMaxAttempts,
-		minBackoff:     DefaultMinBackoff,
-		maxBackoff:     DefaultMaxBackoff,
-		drainTimeout:   DefaultDrainTimeout,
-		dedupWindow:    DefaultDedupWindow,
-		redeliveryWait: DefaultRedeliveryWait,
-		receive:        pubsub.DefaultReceiveSettings,
-		seqWindow:      DefaultSequenceWindow,
-		quiet:          DefaultQuietPeriod,
-		parkingWait:    DefaultParkingWait,
-	}
-	for i, opt := range opts {
-		if opt == nil {
-			return config{}, invalid("option %d of %d is nil", i+1, len(opts))
-		}
-		if err := opt(&c); err != nil {
-			return config{}, err
-		}
-	}
-	if c.workers == 0 {
-		c.workers = followOutstanding(c.receive.MaxOutstandingMessages)
-	}
-	if err := c.checkPush(); err != nil {
-		return config{}, err
-	}
-	if err := c.checkParking(); err != nil {
-		return config{}, err
-	}
-	return c, nil
-}
-
-// checkPush refuses push options that contradict each other, once all are
-// known: each option alone cannot see the others.
-func (c *config) checkPush() error {
-	p := c.push
-	switch {
-	case p.email != "" && p.unauthenticated:
-		return invalid("WithPushAuth(%q) with WithUnauthenticatedPush: the one checks every request's token, the other accepts requests without one; keep WithPushAuth, or drop it to accept unauthenticated pushes", p.email)
-	case p.email != "" && !isEmail(p.email):
-		return invalid("WithPushAuth(%q): not a service account's email (name@project.iam.gserviceaccount.com)", p.email)
-	case p.endpoint == "":
-		return nil
-	case p.email == "" && !p.unauthenticated:
-		return invalid("WithPush(%q) without WithPushAuth: anyone who knows the URL could deliver to it; add WithPushAuth, or WithUnauthenticatedPush if that is meant", p.endpoint)
-	case c.exactlyOnce:
-		return invalid("WithPush with WithExactlyOnceDelivery: the service delivers exactly once by pull only")
-	}
-	return nil
-}
-
-// checkPull refuses push options on the pull subscription name: they
-// would describe requests that never come. Open takes WithPushAuth and
-// WithUnauthenticatedPush without WithPush, for an existing push
-// subscription, so this waits for the subscription.
-func (c *config) checkPull(name string, have pushSettings) error {
-	p := c.push
-	if have.endpoint != "" || p.endpoint != "" {
-		return nil // a push subscription, or WithPush's own refusal
-	}
-	switch {
-	case p.email != "":
-		return invalid("WithPushAuth(%q): %s is a pull subscription, which gets no push requests; drop WithPushAuth, or add WithPush to create a push subscription", p.email, name)
-	case p.unauthenticated:
-		return invalid("WithUnauthenticatedPush: %s is a pull subscription, which gets no push requests; drop WithUnauthenticatedPush, or add WithPush to create a push subscription", name)
-	case p.validator != nil:
-		return invalid("WithTokenValidator: %s is a pull subscription, which gets no push requests; drop WithTokenValidator", name)
-	}
-	return nil
-}
-
-// isEmail reports whether s has the form of an email address: a name, an
-// @ and a domain with a dot, and no spaces or controls.
-func isEmail(s string) bool {
-	name, domain, ok := strings.Cut(s, "@")
-	return ok && name != "" && len(s) <= 254 && strings.Contains(domain, ".") &&
-		!strings.HasPrefix(domain, ".") && !strings.HasSuffix(domain, ".") &&
-		!strings.ContainsAny(domain, "@") && !strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f })
-}
-
-// checkParking refuses parking options that do nothing, or break what
-// WithParkingWait's doc asks: a drain that outlasts a park's wait.
-func (c *config) checkParking() error {
-	switch {
-	case c.parking == "" && c.parkingWaitSet:
-		return invalid("WithParkingWait(%v) without WithParking: the wait is parking's; add WithParking, or drop WithParkingWait", c.parkingWait)
-	case c.parking != "" && c.drainTimeout < c.parkingWait:
-		return invalid("WithDrainTimeout(%v) with a parking wait of %v: a shutdown would cut a park's wait short; make the drain timeout at least the parking wait (WithDrainTimeout, WithParkingWait)", c.drainTimeout, c.parkingWait)
-	}
-	return nil
-}
-
-// log returns the logger WithLogger set, or slog.Default() as it is now,
-// for what is logged outside Receive's recorder: when a Subscription is
-// made, and by parking.
-func (c *config) log() *slog.Logger {
-	if c.logger != nil {
-		return c.logger
-	}
-	return slog.Default()
-}
-
-// invalid returns an error matching [ErrInvalidConfig].
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
-}
 
 // WithWorkers sets how many handler calls run at once (S9). Keys take
 // turns on them: a key with a delivery ready waits for a free worker,
@@ -238,21 +97,6 @@ func WithKeyBacklog(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
 			return invalid("WithKeyBacklog(%d): need at least 1", n)
-		}
-		c.keyBacklog = n
-		return nil
-	}
-}
-
-// WithQueueSize is the former name of [WithKeyBacklog]. Deliveries now wait
-// per key rather than per partition, and never make the official client
-// wait.
-//
-// Deprecated: use [WithKeyBacklog].
-func WithQueueSize(n int) Option {
-	return func(c *config) error {
-		if n < 1 {
-			return invalid("WithQueueSize(%d): need at least 1", n)
 		}
 		c.keyBacklog = n
 		return nil
@@ -571,40 +415,6 @@ func WithRetryPolicy(min, max time.Duration) Option {
 	}
 }
 
-// WithParking makes parking the failure policy, with topicID (an ID or a
-// full name) as the parking topic. [CreateWithTopic] and [Open] create it
-// when it is missing, with 31 days of message retention, and with it the
-// control topic, named after the subscription with "-parking-control",
-// where every process receiving the subscription keeps the state. See
-// [Subscription.Parked], [Subscription.Release] and
-// [Subscription.RequestRelease]: a program that runs no Receive, such as
-// an operator's command, may release a key too, and a Receive of the
-// subscription carries the release out.
-//
-// A message that fails for good (its attempts ran out, or the handler
-// returned [Permanent]) parks its key: it and every later message of the
-// key are copied, in order and with their key, to the parking topic, with
-// the attributes [AttrParkID], [AttrMessageID], [AttrSubscription],
-// [AttrPublishTime], [AttrAttempts] and [AttrError] added, then acked on
-// the subscription. The key's new messages follow them for as long as it
-// is parked, on every process, across restarts; no message of the key runs
-// before its release. Other keys go on at full speed (S9).
-//
-// Parking needs an ordered subscription, and every process receiving it
-// must use it, with the same topic. It wins over the subscription's
-// dead-letter policy: a message parked is acked, never dead-lettered. The
-// default is no parking: a key is held until its failed message comes back
-// (S5).
-func WithParking(topicID string) Option {
-	return func(c *config) error {
-		if err := resource.Topic(topicID); err != nil {
-			return invalid("WithParking: %v", err)
-		}
-		c.parking = topicID
-		return nil
-	}
-}
-
 // WithTopicRetention makes [CreateWithTopic] create a missing topic with
 // message retention d: the topic keeps every message for d, acknowledged
 // or not, so that [Replay] can read it back and a subscription can be
@@ -629,39 +439,3 @@ const (
 	minTopicRetention = 10 * time.Minute
 	maxTopicRetention = 31 * 24 * time.Hour
 )
-
-// DefaultParkingWait is the default of [WithParkingWait].
-const DefaultParkingWait = 2 * time.Second
-
-// maxParkingWait bounds WithParkingWait: a process that dies while it
-// waits leaves what it parked leased for at least about this long (the
-// official client renews a lease of at least 10 s when 5 s are left), and
-// the key must not move to another process before the wait is over.
-const maxParkingWait = 5 * time.Second
-
-// WithParkingWait sets D, the bound on which parking's guarantee across
-// processes rests (the Parking section of DESIGN.md): a process that parks
-// a key waits D, from when it learned of the park, before it acks what it
-// parked, so that the key's next message reaches another process only
-// once the park is D old; and a process runs a message of a key new to it
-// at once when a marker it sent through the control log within the last
-// D has come back, which shows it every park older than D, and otherwise
-// waits for one. While it receives keys new to it, a process sends itself
-// a marker every D/4, without waiting for it; an idle one sends nothing.
-//
-// A larger D keeps a process's view fresh with fewer markers and makes
-// each park's ack later; a smaller one the reverse. When the control
-// topic's round trip exceeds about 3D/4, new keys wait for a marker, as if
-// D were 0: slower, never unsafe. [WithDrainTimeout] must be at least D,
-// so that a shutdown lets a park's wait finish: a shorter one, and
-// WithParkingWait without [WithParking], are refused. The default is
-// [DefaultParkingWait]; d is more than 0 and at most 5 s.
-func WithParkingWait(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 || d > maxParkingWait {
-			return invalid("WithParkingWait(%v): need more than 0 and at most %v", d, maxParkingWait)
-		}
-		c.parkingWait, c.parkingWaitSet = d, true
-		return nil
-	}
-}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
+
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // Push delivery: the service POSTs each message to an HTTPS endpoint of
@@ -192,9 +194,9 @@ func (e *pushEndpoint) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	switch {
 	case err != nil:
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
-	case out == outAcked || out == outDeduplicated || out == outParked:
+	case out.Acks():
 		w.WriteHeader(http.StatusNoContent)
-	case out == outShutdown:
+	case out == engine.Shutdown:
 		http.Error(w, "shutting down", http.StatusServiceUnavailable)
 	default:
 		http.Error(w, "handler failed", http.StatusInternalServerError)
@@ -211,7 +213,7 @@ func (e *pushEndpoint) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // the answer reports, with the park this request made, if it made one,
 // to be told once the answer is written; or an error, for a 503, when the
 // door is closed or parking is not up.
-func (e *pushEndpoint) run(req *http.Request, m *pubsub.Message) (outcome, *parkCause, error) {
+func (e *pushEndpoint) run(req *http.Request, m *pubsub.Message) (engine.Outcome, *parkCause, error) {
 	r, ctx := e.r, req.Context()
 	if !e.enter() {
 		return 0, nil, errShuttingDown
@@ -256,7 +258,7 @@ func (e *pushEndpoint) run(req *http.Request, m *pubsub.Message) (outcome, *park
 		}
 	}
 	v := e.callWaiting(ctx, j) // push_wait.go: a RetryAfter's delay is kept
-	if v.kind == parkKey {
+	if v.out == engine.Parked {
 		parked, cause, err := p.parkPush(ctx, j, v.err)
 		if parked {
 			return e.parked(j), cause, nil
@@ -294,11 +296,11 @@ func (e *pushEndpoint) call(ctx context.Context, j *job) verdict {
 }
 
 // parked settles j as moved to the parking topic.
-func (e *pushEndpoint) parked(j *job) outcome {
+func (e *pushEndpoint) parked(j *job) engine.Outcome {
 	var fx effects
 	e.r.parked(&fx, j)
-	e.r.count(j, outParked) // nothing to ack: the answer acks it
-	return outParked
+	e.r.count(j, engine.Parked) // nothing to ack: the answer acks it
+	return engine.Parked
 }
 
 var errShuttingDown = errors.New("shutting down")
@@ -323,17 +325,10 @@ func (a pushAnswer) settle(j *job, v verdict) {
 // counts it as Receive counts its settlements: a success or a copy acks,
 // a failure nacks, for the service to push the message again, or to
 // dead-letter it.
-func (e *pushEndpoint) deliver(j *job, v verdict) outcome {
-	out := outFailed
-	switch v.kind {
-	case ran:
-		out = outAcked
-	case copied:
-		out = outDeduplicated
-	case stopped:
-		out = outShutdown
-	case retrying:
-		out = outRetried
+func (e *pushEndpoint) deliver(j *job, v verdict) engine.Outcome {
+	out := v.out
+	if out.ForGood() {
+		out = engine.Failed // not parked: nacked, for the service to push again or dead-letter
 	}
 	e.r.count(j, out)
 	return out

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // A push request whose handler asks to wait ([RetryAfter], as the inbox
@@ -38,7 +40,7 @@ func (e *pushEndpoint) callWaiting(ctx context.Context, j *job) verdict {
 	for {
 		v := e.call(ctx, j)
 		var later *RetryAfterError
-		if v.kind != retrying || !errors.As(v.err, &later) {
+		if v.out != engine.Retried || !errors.As(v.err, &later) {
 			return v
 		}
 		wait := max(v.delay, r.cfg.minBackoff)

@@ -8,6 +8,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
 	"github.com/keyorder/keyorder/subscriber/internal/seqwindow"
 	"github.com/keyorder/keyorder/workers"
 )
@@ -210,65 +211,40 @@ func (r *receiver) deliver(ctx context.Context, m *pubsub.Message) {
 	if r.processedBefore(m.ID) {
 		// S6: processed already; acking again runs nothing. The call path
 		// checks again before the call; this spares the delivery a turn.
-		r.settle(j, outDeduplicated)
+		r.settle(j, engine.Deduplicated)
 		return
 	}
 	if !r.s.replay.admits(m) {
-		r.settle(j, outSkipped) // published after Replay started
+		r.settle(j, engine.Skipped) // published after Replay started
 		return
 	}
-	var l *lane
-	if m.OrderingKey == "" {
-		l = r.lanes.loose(r)
-	} else {
-		l = r.lanes.keyed(r, m.OrderingKey)
-	}
 	var fx effects
-	if out := l.accept(j, j.received); out != outQueued {
-		fx.add(j, out)
-	}
-	if !l.active {
-		l.next(&fx) // a turn if it has something to run, else it may go
-	}
-	l.sh.mu.Unlock()
+	l := r.lanes.with(r, m.OrderingKey, func(l *lane) {
+		if out := l.accept(j, j.received); out != engine.Queued {
+			fx.add(j, out)
+		}
+		if !l.active {
+			l.next(&fx) // a turn if it has something to run, else it may go
+		}
+	})
 	r.apply(l, &fx)
 }
-
-// outcome is how a job ends, or what became of a delivery.
-type outcome int
-
-const (
-	outQueued       outcome = iota // not settled: queued on its lane
-	outJoined                      // not settled: joined a job of the same message
-	outAcked                       // acked after the handler succeeded (S4)
-	outDeduplicated                // acked unrun: processed already (S6)
-	outFailed                      // nacked: failed for good (S5)
-	outHeld                        // nacked unrun: its key is held (S5)
-	outTail                        // nacked unrun with its key's failed message (S5)
-	outRoom                        // nacked unrun: its key had no room (S10)
-	outShutdown                    // nacked: Receive is shutting down (S7)
-	outSkipped                     // acked unrun: outside the range a Replay reads
-	outParked                      // acked unrun: moved to the parking topic (park.go)
-	outRetried                     // nacked: failed, for the service to push again (push.go)
-
-	numOutcomes // the number of outcomes, for tables indexed by outcome
-)
 
 // settle acks or nacks every delivery of j's message, once (S11), and
 // counts it. At shutdown, a nack is left to the official client, which
 // sends it once its streams are closed (shutdown.go).
-func (r *receiver) settle(j *job, out outcome) {
-	if out == outJoined || out == outQueued || !j.settled.CompareAndSwap(false, true) {
+func (r *receiver) settle(j *job, out engine.Outcome) {
+	if out == engine.Joined || out == engine.Queued || !j.settled.CompareAndSwap(false, true) {
 		return
 	}
 	switch {
-	case out == outAcked || out == outDeduplicated || out == outSkipped || out == outParked:
+	case out.Acks():
 		for _, m := range j.stale {
 			m.Ack()
 		}
-		r.ack(j, out == outAcked)
+		r.ack(j, out == engine.Acked)
 		r.ending.acked()
-	case out == outShutdown && r.ending.hold(j):
+	case out == engine.Shutdown && r.ending.hold(j):
 	default:
 		for _, m := range j.stale {
 			m.Nack()
@@ -280,8 +256,11 @@ func (r *receiver) settle(j *job, out outcome) {
 }
 
 // count records how j was settled, in Stats and the metrics.
-func (r *receiver) count(j *job, out outcome) {
-	r.obs.settled(j, out, out == outFailed && r.deadLettered(j))
+func (r *receiver) count(j *job, out engine.Outcome) {
+	if out == engine.Failed && r.deadLettered(j) {
+		out = engine.DeadLettered // the service forwards it
+	}
+	r.obs.settled(out)
 	r.s.counts.settled[out].Add(1)
 }
 
@@ -329,4 +308,11 @@ func (r *receiver) stopped() bool {
 	default:
 		return false
 	}
+}
+
+// idle reports whether the receiver holds nothing: no delivery queued,
+// running or waiting for a retry, and no key waiting for a message it sent
+// back.
+func (r *receiver) idle() bool {
+	return r.room.msgs.Load() == 0 && r.lanes.idle()
 }

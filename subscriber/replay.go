@@ -306,17 +306,3 @@ func (c *caughtUp) done(now time.Time, idle func() bool) bool {
 	}
 	return now.Sub(time.Unix(0, c.last.Load())) >= c.quiet
 }
-
-// idle reports whether the receiver holds nothing: no delivery queued,
-// running or waiting for a retry, and no key waiting for a message it sent
-// back.
-func (r *receiver) idle() bool {
-	if r.room.msgs.Load() != 0 {
-		return false
-	}
-	busy := false
-	r.lanes.each(func(l *lane) {
-		busy = busy || l.running != nil || l.queue.Len() > 0 || l.trouble != nil || l.roomGap != ""
-	})
-	return !busy
-}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
+
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // Shutdown (S7) comes in two phases, so that it never leaves a message
@@ -171,7 +173,7 @@ func (r *receiver) shutdown() {
 	// settled by the turn's Drop below; one with a handler running, when
 	// the handler returns.
 	var fx effects
-	r.lanes.each(func(l *lane) { l.drain(&fx, outShutdown) })
+	r.lanes.each(func(l *lane) { l.drain(&fx, engine.Shutdown) })
 	for _, s := range fx.settle {
 		r.settle(s.j, s.out)
 	}

@@ -4,6 +4,8 @@ import (
 	"sort"
 	"sync/atomic"
 	"time"
+
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // A HeldKey is a key whose next message cannot run yet because a message
@@ -200,7 +202,7 @@ type Stats struct {
 
 // counters are the cumulative counts of Stats. Every field is atomic.
 type counters struct {
-	settled                                            [numOutcomes]atomic.Int64 // by outcome (receive.go)
+	settled                                            [engine.NumOutcomes]atomic.Int64 // by outcome (receive.go)
 	received, retried, failed, deadLettered, ackFailed atomic.Int64
 	duplicates, gaps, uncertainGaps, rerun             atomic.Int64 // sequence.go
 	unverified                                         atomic.Int64 // stampkey.go
@@ -220,15 +222,15 @@ func (s *Subscription) Stats() Stats {
 	c := &s.counts
 	st := Stats{
 		Received:       c.received.Load(),
-		Acked:          c.settled[outAcked].Load(),
-		Deduplicated:   c.settled[outDeduplicated].Load(),
+		Acked:          c.settled[engine.Acked].Load(),
+		Deduplicated:   c.settled[engine.Deduplicated].Load(),
 		Retried:        c.retried.Load(),
 		Failed:         c.failed.Load(),
 		DeadLettered:   c.deadLettered.Load(),
-		NackedHeld:     c.settled[outHeld].Load(),
-		NackedTail:     c.settled[outTail].Load(),
-		NackedRoom:     c.settled[outRoom].Load(),
-		NackedShutdown: c.settled[outShutdown].Load(),
+		NackedHeld:     c.settled[engine.Held].Load(),
+		NackedTail:     c.settled[engine.Tail].Load(),
+		NackedRoom:     c.settled[engine.Room].Load(),
+		NackedShutdown: c.settled[engine.Shutdown].Load(),
 		AckFailed:      c.ackFailed.Load(),
 		Duplicates:     c.duplicates.Load(),
 		Gaps:           c.gaps.Load(),

@@ -144,19 +144,6 @@ func Open(ctx context.Context, client *pubsub.Client, subID string, opts ...Opti
 	return newSubscription(ctx, client, sub, cfg)
 }
 
-// checkLoops refuses options that would send a subscription's failures
-// back to its own topic, topic: parked or dead-lettered there, a message
-// would come back as a new one and fail again, without end.
-func (c *config) checkLoops(client *pubsub.Client, topic string) error {
-	if c.parking != "" && fullName(client, "topics", c.parking) == topic {
-		return invalid("WithParking(%q): the parking topic is the subscription's own topic, %s: parked messages would come back to it", c.parking, topic)
-	}
-	if t := c.policies.deadLetterTopic; t != "" && fullName(client, "topics", t) == topic {
-		return invalid("WithDeadLetterPolicy(%q): the dead-letter topic is the subscription's own topic, %s: dead letters would come back to it", t, topic)
-	}
-	return nil
-}
-
 func newSubscription(ctx context.Context, client *pubsub.Client, sub *pubsubpb.Subscription, cfg config) (*Subscription, error) {
 	s := &Subscription{
 		client:      client,

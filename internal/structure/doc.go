@@ -1,0 +1,9 @@
+// Package structure measures the shape of the subscriber packages, the
+// figures issue 33 sets targets for. It has no code of its own: its test
+// parses subscriber/... with go/parser, logs the figures (run
+// `go test -v ./internal/structure`): lines per package, files over 500
+// lines, the files holding each type's methods, and the files that write
+// a type's fields (a syntactic measure, by field names only one type of
+// the package declares). It fails where a figure slips back: a non-test
+// file over 500 lines, or a type's methods in more files than today.
+package structure

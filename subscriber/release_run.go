@@ -1,0 +1,316 @@
+package subscriber
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/keyorder/keyorder/ordering"
+	"github.com/keyorder/keyorder/subscriber/internal/controllog"
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
+	"github.com/keyorder/keyorder/subscriber/internal/ephemeral"
+)
+
+// A releaseRun is one release of one park. It reads the parking topic
+// through a subscription of its own, filtered on the park, sought back to
+// the park's start, and keeps the copies it reads until their turn: the
+// order it runs them in is the log's, the order they were parked in.
+type releaseRun struct {
+	p     *parking
+	key   string
+	park  string
+	since time.Time
+	sub   string
+	// done holds the messages this run has released; content the copies
+	// read and not run yet, by their message ID on the subscription.
+	done    map[string]bool
+	content map[string]*pubsub.Message
+	// last is the call path's verdict on the message running, and
+	// recorded the error of recording it, if it ran (settle); written by
+	// the call's goroutine before it ends.
+	last     verdict
+	recorded error
+}
+
+// releaseReadAhead bounds the copies a release reads ahead of the one it
+// runs.
+const releaseReadAhead = 64
+
+// releaseLease is how long a release's claim holds without a heartbeat,
+// after which another process may take the release over. It is a rule of
+// the control log (controllog.Config.Lease), the same for every process;
+// only a test that runs alone may change it (SetReleaseLease).
+var releaseLease = 30 * time.Second
+
+func (rr *releaseRun) run(ctx context.Context) (err error) {
+	p := rr.p
+	defer func() {
+		if err != nil && !errors.Is(err, ErrParkedAgain) && !errors.Is(err, ErrReleasing) {
+			rr.stop(nil, "", "") // the key stays parked; a later Release goes on from here
+		}
+	}()
+	copies, readErr, stopReading, err := rr.read(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopReading()
+	beat, stopBeat := rr.heartbeat()
+	defer stopBeat()
+	for {
+		changed := p.log.Changes()
+		rec := p.log.Lookup(rr.key)
+		switch {
+		case rec == nil || rec.ParkID != rr.park:
+			return fmt.Errorf("%w: %q was unparked by another process", ErrReleasing, rr.key)
+		case rec.Owner != p.log.ID():
+			return fmt.Errorf("%w: %q, taken over by another process", ErrReleasing, rr.key)
+		}
+		next := ""
+		for _, id := range rec.IDs {
+			if !rec.IsReleased(id) && !rr.done[id] {
+				next = id
+				break
+			}
+		}
+		if next == "" {
+			v, err := p.log.Record(ctx, controllog.Event{Kind: controllog.Unpark, Key: rr.key, ParkID: rr.park, N: len(rec.IDs)})
+			switch {
+			case err != nil:
+				return err
+			case v.Applied:
+				p.told(KeyUnparked, rr.key, &parkCause{id: rec.Msg, err: rec.Err}, rr.since, ReasonReleased)
+				return nil
+			case v.Ended:
+				return nil
+			}
+			continue // more were parked meanwhile
+		}
+		if m := rr.content[next]; m != nil {
+			if err := rr.runOne(ctx, next, m); err != nil {
+				return err
+			}
+			continue
+		}
+		select {
+		case m := <-copies:
+			id := m.Attributes[AttrMessageID]
+			if !rec.IsReleased(id) && !rr.done[id] && rr.content[id] == nil {
+				rr.content[id] = m
+			}
+		case <-changed:
+		case err := <-beat:
+			return err
+		case err := <-readErr:
+			return fmt.Errorf("keyorder/subscriber: reading the parking topic: %w", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-p.r.stopping:
+			return ErrNotReceiving
+		}
+	}
+}
+
+// read creates the run's subscription on the parking topic and receives
+// from it into copies until stop is called, which also deletes it. readErr
+// gets the official Receive's error if it fails.
+func (rr *releaseRun) read(ctx context.Context) (copies <-chan *pubsub.Message, readErr <-chan error, stop func(), err error) {
+	p := rr.p
+	client := p.r.s.client
+	rr.sub = ephemeral.Name(p.r.s.name, "subscriptions", "-release-"+ephemeral.NewID())
+	admin := client.SubscriptionAdminClient
+	if _, err := admin.CreateSubscription(ctx, ephemeral.Subscription(rr.sub, p.topics.park, `attributes.`+AttrParkID+` = "`+rr.park+`"`)); err != nil {
+		return nil, nil, nil, fmt.Errorf("keyorder/subscriber: creating a release subscription: %w", err)
+	}
+	remove := func() { ephemeral.Remove(p.r.ending.deadline(), client, rr.sub) }
+	if _, err := admin.Seek(ctx, &pubsubpb.SeekRequest{
+		Subscription: rr.sub, Target: &pubsubpb.SeekRequest_Time{Time: timestamppb.New(rr.since.Add(-seekMargin))},
+	}); err != nil {
+		remove()
+		return nil, nil, nil, fmt.Errorf("keyorder/subscriber: seeking a release subscription: %w", err)
+	}
+	out := make(chan *pubsub.Message, releaseReadAhead)
+	errs := make(chan error, 1)
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s := client.Subscriber(rr.sub)
+	s.ReceiveSettings.NumGoroutines = 1
+	s.ReceiveSettings.MaxOutstandingMessages = releaseReadAhead
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err := s.Receive(rctx, func(ctx context.Context, m *pubsub.Message) {
+			select {
+			case out <- m:
+				m.Ack() // kept in memory until it runs; a run that stops reads again
+			case <-ctx.Done():
+				m.Nack()
+			}
+		})
+		if err != nil {
+			errs <- err
+		}
+	}()
+	return out, errs, func() {
+		cancel()
+		select {
+		case <-done:
+		case <-p.r.ending.deadline().Done(): // S7: the official client's goroutine ends on its own
+		}
+		remove()
+	}, nil
+}
+
+// heartbeat renews the run's claim while it runs, so that no other process
+// takes the release over, even while a handler call is long. The channel
+// gets an error if the claim is lost; stop ends the heartbeat and waits for
+// it.
+func (rr *releaseRun) heartbeat() (lost <-chan error, stop func()) {
+	p := rr.p
+	errs := make(chan error, 1)
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(releaseLease / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+				v, err := p.log.Record(p.ops, controllog.Event{Kind: controllog.Claim, Key: rr.key, ParkID: rr.park})
+				if err == nil && !v.Applied && !v.Ended {
+					errs <- fmt.Errorf("%w: %q, taken over by another process", ErrReleasing, rr.key)
+					return
+				}
+			}
+		}
+	}()
+	return errs, func() { close(quit); <-done }
+}
+
+// runOne runs the parked message id, whose copy is m, through the call
+// path (call.go), with the retries of any message, and records it in the
+// control log once it has run, or was skipped as processed already,
+// before the next runs. It returns an error matching ErrParkedAgain if it
+// fails for good; the key then stays parked.
+//
+// Each call runs on a goroutine of its own, as a push request's does, so
+// that a handler that exits its goroutine is a failed call, retried, as
+// on every door, and the release goes on.
+func (rr *releaseRun) runOne(ctx context.Context, id string, m *pubsub.Message) error {
+	j := &job{ctx: ctx, d: releasedDelivery(rr.key, id, m), redriven: isRedriven(m.Attributes)}
+	rr.p.r.checkReleased(j, m)
+	for {
+		called := make(chan struct{})
+		go func() {
+			defer close(called)
+			rr.p.r.call(j, rr)
+		}()
+		<-called
+		switch v := rr.last; {
+		case v.out == engine.Acked || v.out == engine.Deduplicated:
+			return rr.recorded
+		case v.out == engine.Shutdown:
+			return ErrNotReceiving // no retries once shutting down (S7); the key stays parked
+		case v.out.ForGood():
+			rr.p.told(KeyParked, rr.key, causeOf(j, v.err), time.Now(), "") // it stays parked, with this message first
+			return fmt.Errorf("%w: %q at message %s: %w", ErrParkedAgain, rr.key, id, v.err)
+		default:
+			if err := rr.wait(ctx, v.delay); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// settle is a release's door: a parked message that ran, or was skipped
+// as processed already, is recorded in the control log before the next
+// one runs; one that failed for good stops the release, the key staying
+// parked with it at the head (the call path gave it fresh attempts for
+// the next release).
+func (rr *releaseRun) settle(j *job, v verdict) {
+	rr.last = v
+	id := j.d.ID
+	switch {
+	case v.out == engine.Acked || v.out == engine.Deduplicated:
+		rr.done[id] = true
+		delete(rr.content, id)
+		rr.p.r.s.counts.released.Add(1)
+		rr.recorded = rr.progress(id)
+	case v.out.ForGood():
+		rr.stop(v.err, id, v.err.Error())
+	}
+}
+
+// progress records that the parked message id was released. It is
+// recorded even if the release's ctx has ended meanwhile: what ran must
+// not run again.
+func (rr *releaseRun) progress(id string) error {
+	p := rr.p
+	for tries := 1; ; tries++ {
+		err := p.log.Publish(p.ops, controllog.Event{Kind: controllog.Progress, Key: rr.key, ParkID: rr.park, IDs: []string{id}})
+		if err == nil {
+			return nil
+		}
+		t := time.NewTimer(p.r.backoff(tries))
+		select {
+		case <-t.C:
+		case <-p.ops.Done():
+			t.Stop()
+			return err
+		}
+	}
+}
+
+// wait waits d, or returns why the run must stop first.
+func (rr *releaseRun) wait(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-rr.p.r.stopping:
+		return ErrNotReceiving
+	}
+}
+
+// stop ends the run's claim, the key staying parked; with err, the
+// message id failed for good again.
+func (rr *releaseRun) stop(err error, id, msg string) {
+	ctx, cancel := context.WithTimeout(rr.p.ops, 10*time.Second)
+	defer cancel()
+	ev := controllog.Event{Kind: controllog.Stop, Key: rr.key, ParkID: rr.park}
+	if err != nil {
+		ev.Msg, ev.Err = id, truncateUTF8(msg, 4096)
+	}
+	_ = rr.p.log.Publish(ctx, ev)
+}
+
+// releasedDelivery is the Delivery of a parked copy: the message as it was
+// first delivered, its stamp included, without the parking attributes.
+func releasedDelivery(key, id string, m *pubsub.Message) Delivery {
+	var st ordering.Stamp
+	if parsed, err := ordering.ParseStamp(m.Attributes); err == nil {
+		st = parsed
+	}
+	headers := maps.Clone(m.Attributes)
+	for k := range headers {
+		if strings.HasPrefix(k, "keyorder-") {
+			delete(headers, k)
+		}
+	}
+	if headers == nil {
+		headers = map[string]string{}
+	}
+	headers[ordering.Header] = key
+	published, _ := time.Parse(time.RFC3339Nano, m.Attributes[AttrPublishTime])
+	return Delivery{ID: id, Key: key, Data: m.Data, Headers: headers, PublishTime: published, Producer: st.Producer, Seq: st.Seq}
+}
