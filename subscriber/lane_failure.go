@@ -1,7 +1,10 @@
 package subscriber
 
 import (
+	"errors"
 	"time"
+
+	"github.com/keyorder/keyorder/publisher"
 
 	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
@@ -197,6 +200,27 @@ func (l *lane) lapsed(t *trouble) {
 // the dead-letter topic rather than deliver it again if j is nacked now.
 func (r *receiver) deadLettered(j *job) bool {
 	return r.s.deadLetterAttempts > 0 && j.deliveryAttempt() >= r.s.deadLetterAttempts
+}
+
+// controlRetry returns the wait before the next try of a publish to the
+// control log that failed with err, and the tries counted so far. An
+// event failed as the tail of another's failure (a *publisher.PublishError
+// that is Skipped) was never sent, and its key has resumed: it goes again
+// at once, uncounted, so that one lost publish does not put the next
+// event off by WithBackoff's wait. Any other failure counts, and waits
+// backoff(tries).
+func (r *receiver) controlRetry(tries int, err error) (time.Duration, int) {
+	if skippedTail(err) {
+		return 0, tries
+	}
+	return r.backoff(tries + 1), tries + 1
+}
+
+// skippedTail reports whether err is a publish failed unsent, as the tail
+// of another message's failure.
+func skippedTail(err error) bool {
+	pe, ok := errors.AsType[*publisher.PublishError](err)
+	return ok && pe.Skipped
 }
 
 // backoff is the wait before the next call of a message after its

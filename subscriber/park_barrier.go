@@ -31,20 +31,23 @@ func (p *parking) syncTo(ctx context.Context, fence uint64) error {
 }
 
 // barrierRound runs a round of the barrier's markers, each sent through
-// the control log, again after a backoff if the publish fails. Run by the
-// parking loop.
+// the control log, again after a backoff if the publish fails (at once if
+// it failed as another's tail: controlRetry). Run by the parking loop.
 func (p *parking) barrierRound() {
 	p.b.Round(func() bool {
-		for tries := 1; ; tries++ {
-			if err := p.log.Sync(p.ops); err == nil {
+		for tries := 0; ; {
+			err := p.log.Sync(p.ops)
+			if err == nil {
 				return true
 			}
+			var wait time.Duration
+			wait, tries = p.r.controlRetry(tries, err)
 			select {
 			case <-p.stopLoop:
 				return false
 			case <-p.ops.Done():
 				return false
-			case <-time.After(p.r.backoff(tries)):
+			case <-time.After(wait):
 			}
 		}
 	})

@@ -234,10 +234,10 @@ func (p *parking) carryOut(pr controllog.PendingRelease, rt *requestRuns) {
 	err := errHandlerExitedRelease
 	defer func() {
 		over := errors.Is(err, ErrParkedAgain) || errors.Is(err, ErrNotParked) || errors.Is(err, ErrNotReceiving) || errors.Is(err, errRequestEnded)
-		retry := err != nil && !over
+		retry := err != nil && !over && !skippedTail(err) // a skipped claim goes again at once
 		rt.ended(pr.Key, retry, p.r.backoff)
 		p.rel.exit(pr.Key) // wakes the watch
-		if err != nil && !errors.Is(err, ErrNotReceiving) && !errors.Is(err, ErrNotParked) && !errors.Is(err, ErrReleasing) && !errors.Is(err, errRequestEnded) {
+		if err != nil && !errors.Is(err, ErrNotReceiving) && !errors.Is(err, ErrNotParked) && !errors.Is(err, ErrReleasing) && !errors.Is(err, errRequestEnded) && !skippedTail(err) {
 			// ErrReleasing: another Receive won the claim, or took over.
 			p.r.obs.releaseRequestFailed(pr.Key, pr.Requester, err, retry)
 		}

@@ -253,12 +253,14 @@ func (rr *releaseRun) settle(j *job, v verdict) {
 // not run again.
 func (rr *releaseRun) progress(id string) error {
 	p := rr.p
-	for tries := 1; ; tries++ {
+	for tries := 0; ; {
 		err := p.log.Publish(p.ops, controllog.Event{Kind: controllog.Progress, Key: rr.key, ParkID: rr.park, IDs: []string{id}})
 		if err == nil {
 			return nil
 		}
-		t := time.NewTimer(p.r.backoff(tries))
+		var wait time.Duration
+		wait, tries = p.r.controlRetry(tries, err)
+		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
 		case <-p.ops.Done():
