@@ -1,5 +1,5 @@
 // Package structure measures the shape of the subscriber packages, the
-// figures issue 33 sets targets for. It has no code of its own: its test
+// figures the package layout is held to. It has no code of its own: its test
 // parses subscriber/... with go/parser, logs the figures (run
 // `go test -v ./internal/structure`): lines per package, files over 500
 // lines, the files holding each type's methods, and the files that write

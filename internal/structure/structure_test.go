@@ -22,7 +22,7 @@ const root = "../.."
 // maxFileLines is STYLE's bound on a file's length.
 const maxFileLines = 500
 
-// maxMethodFiles is issue 33's bound on the files a type's methods live in.
+// maxMethodFiles is the bound on the files a type's methods live in.
 const maxMethodFiles = 2
 
 // spread are the types whose methods live in more than maxMethodFiles

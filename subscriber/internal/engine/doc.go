@@ -1,5 +1,5 @@
 // Package engine is the delivery engine of package subscriber, carved out
-// of it by issue 33: the state and the rules every door (a lane of the
+// of it in steps: the state and the rules every door (a lane of the
 // pull path, a push request, a release of a parked key) shares. It holds
 // the one outcome type so far; keys, lanes and the call path move here
 // next. It knows nothing of the doors.
