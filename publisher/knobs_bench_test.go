@@ -2,17 +2,11 @@ package publisher_test
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
-	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"google.golang.org/api/option"
-	"google.golang.org/grpc"
 
-	"github.com/keyorder/keyorder/internal/harness"
-	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/publisher"
 )
 
@@ -33,16 +27,7 @@ func BenchmarkPublishKnobs(b *testing.B) {
 		{"wide", 10_000, 1},
 	} {
 		b.Run(sh.name, func(b *testing.B) {
-			var rpcs atomic.Int64
-			count := option.WithGRPCDialOption(grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				if _, ok := req.(*pubsubpb.PublishRequest); ok {
-					rpcs.Add(1)
-				}
-				return invoker(ctx, method, req, reply, cc, opts...)
-			}))
-			srv := orderingtest.Start(b, orderingtest.WithLatency(25*time.Millisecond))
-			client := harness.Client(b, srv.Addr, count)
-			topic := newTopic(b, client)
+			client, topic, rpcs := latencyServer(b, 25*time.Millisecond)
 			names := keyNames(sh.keys, "customer-%d")
 			n := sh.keys * sh.perKey
 			pub := client.Publisher(topic)
@@ -75,7 +60,7 @@ func BenchmarkPublishKnobs(b *testing.B) {
 				keyorderSide(b, "keyorder-1000", newP(nil, set(10*time.Millisecond, 1000)), n, names),
 				idealSide(b, client, topic, n, names),
 			}
-			ratioAll(b, sides, takeTurns(b, n, &rpcs, sides))
+			ratioAll(b, sides, takeTurns(b, n, rpcs, sides))
 		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
@@ -30,16 +31,7 @@ import (
 // spreads each key over more, smaller batches, which msgs/rpc shows.
 func BenchmarkPublishLatency(b *testing.B) {
 	const keys, perKey = 200, 50
-	var rpcs atomic.Int64
-	count := option.WithGRPCDialOption(grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if _, ok := req.(*pubsubpb.PublishRequest); ok {
-			rpcs.Add(1)
-		}
-		return invoker(ctx, method, req, reply, cc, opts...)
-	}))
-	srv := orderingtest.Start(b, orderingtest.WithLatency(25*time.Millisecond))
-	client := harness.Client(b, srv.Addr, count)
-	topic := newTopic(b, client)
+	client, topic, rpcs := latencyServer(b, 25*time.Millisecond)
 	names := keyNames(keys, "customer-%d")
 	headers := map[string]string{"kind": "order-created"}
 
@@ -60,10 +52,26 @@ func BenchmarkPublishLatency(b *testing.B) {
 	n := keys * perKey
 	keyorder := keyorderSide(b, "keyorder", newPublisher(), n, names)
 	keyorder.base = "official-stamped"
-	takeTurns(b, n, &rpcs, []side{
+	takeTurns(b, n, rpcs, []side{
 		officialSide(b, "official", official, n, names, func(int) map[string]string { return headers }),
 		officialSide(b, "official-stamped", officialStamped, n, names, stampedBy(keys, headers)),
 		keyorder,
 		keyorderSide(b, "keyorder-unstamped", newPublisher(publisher.WithoutStamps()), n, names),
 	})
+}
+
+// latencyServer starts a fake server that answers each request latency
+// later, and returns a client of it, a topic, and the count of Publish
+// requests the client sends.
+func latencyServer(b *testing.B, latency time.Duration) (*pubsub.Client, string, *atomic.Int64) {
+	rpcs := new(atomic.Int64)
+	count := option.WithGRPCDialOption(grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if _, ok := req.(*pubsubpb.PublishRequest); ok {
+			rpcs.Add(1)
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}))
+	srv := orderingtest.Start(b, orderingtest.WithLatency(latency))
+	client := harness.Client(b, srv.Addr, count)
+	return client, newTopic(b, client), rpcs
 }

@@ -8,12 +8,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
-	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"google.golang.org/api/option"
-	"google.golang.org/grpc"
 
-	"github.com/keyorder/keyorder/internal/harness"
-	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/publisher"
 )
 
@@ -53,22 +48,14 @@ func BenchmarkPublishShapes(b *testing.B) {
 }
 
 func benchmarkShape(b *testing.B, keys, perKey int, latency time.Duration) {
-	var rpcs atomic.Int64
+	var rpcs *atomic.Int64
 	var client *pubsub.Client
 	var topic string
 	if latency == 0 {
 		e := newEnv(b, discardPublishes())
 		client, topic = e.client, e.topic
 	} else {
-		count := option.WithGRPCDialOption(grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-			if _, ok := req.(*pubsubpb.PublishRequest); ok {
-				rpcs.Add(1)
-			}
-			return invoker(ctx, method, req, reply, cc, opts...)
-		}))
-		srv := orderingtest.Start(b, orderingtest.WithLatency(latency))
-		client = harness.Client(b, srv.Addr, count)
-		topic = newTopic(b, client)
+		client, topic, rpcs = latencyServer(b, latency)
 	}
 	names := keyNames(keys, "customer-%d")
 	headers := map[string]string{"kind": "order-created"}
@@ -93,7 +80,7 @@ func benchmarkShape(b *testing.B, keys, perKey int, latency time.Duration) {
 	n := keys * perKey
 	rs := &publishRPCs
 	if latency > 0 {
-		rs = &rpcs
+		rs = rpcs
 	}
 	sides := []side{
 		officialSide(b, "official", official(pubsub.DefaultPublishSettings), n, names, func(int) map[string]string { return headers }),
