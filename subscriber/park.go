@@ -167,6 +167,7 @@ type parking struct {
 var fastPublish = func() pubsub.PublishSettings {
 	s := pubsub.DefaultPublishSettings
 	s.DelayThreshold = time.Millisecond
+	s.Timeout = controllog.PublishTimeout // as the control log's: a flight waits for them
 	return s
 }()
 

@@ -73,12 +73,21 @@ func Topic(sub string) string { return ephemeral.Name(sub, "topics", "-parking-c
 var snapshotEvery = time.Hour
 
 // fastPublish sends events with little batching delay: a writer waits
-// for its event's round trip.
+// for its event's round trip. A request times out after PublishTimeout,
+// not the client's 60 s: a releaser's claim lives for the release lease
+// (30 s) without a sign of life, so its writer must hear of a publish that
+// hangs, and try again, well within it; and a Log shut down while the
+// service does not answer leaves its requests running no longer.
 var fastPublish = func() pubsub.PublishSettings {
 	s := pubsub.DefaultPublishSettings
 	s.DelayThreshold = time.Millisecond
+	s.Timeout = PublishTimeout
 	return s
 }()
+
+// PublishTimeout bounds each request that publishes to the log, retries
+// included.
+const PublishTimeout = 10 * time.Second
 
 // errStopped is returned to a writer whose Log stopped following the log.
 var errStopped = errors.New("keyorder/subscriber: the parking control log is no longer followed")

@@ -20,6 +20,7 @@ import (
 	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/subscriber"
+	"github.com/keyorder/keyorder/subscriber/internal/controllog"
 )
 
 func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
@@ -35,10 +36,10 @@ const outageDrain = 500 * time.Millisecond
 // slack is what a loaded test machine may add to a bound.
 const slack = 500 * time.Millisecond
 
-// lingerBound is how long the official client's goroutines may outlive a
-// shutdown that stopped waiting for them: a publish it retries gives up
-// after 60 s.
-const lingerBound = 90 * time.Second
+// lingerBound is how long goroutines may outlive a shutdown that stopped
+// waiting for them: a publish to the control log or the parking topic
+// that the server does not answer gives up after controllog.PublishTimeout.
+const lingerBound = controllog.PublishTimeout + 10*time.Second
 
 // pusher is the service account the push subscription signs as.
 const pusher = "pusher@keyorder-test.iam.gserviceaccount.com"
