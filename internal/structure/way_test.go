@@ -1,0 +1,190 @@
+package structure
+
+import (
+	"fmt"
+	"go/ast"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The way of one delivery: the functions of subscriber/... and workers/
+// that one keyed message, unstamped, that succeeds at its first call,
+// passes through, in call order, on the subscription's defaults (no
+// parking, no exactly-once). A name is "dir.Func" or "dir.Type.Method".
+// The lists are read from the code by hand: when the way changes, a
+// reviewer updates them; when a function moves to another file, the
+// figure follows by itself. DESIGN.md's "The way of one delivery" gives
+// the same ways in short.
+
+// pullWay is a pull delivery's way, from the official client's Receive
+// callback to its ack.
+var pullWay = []string{
+	// The official client's callback goroutine.
+	"subscriber.receiver.deliver",
+	"subscriber.receiver.arrived",
+	"subscriber.newJob",
+	"subscriber.isRedriven",
+	"subscriber.deliveryOf",
+	"subscriber.takeStamp",
+	"subscriber.receiver.processedBefore",
+	"subscriber.processed.contains",
+	"subscriber.replay.admits",
+	"subscriber.lanes.with",
+	"subscriber.laneShard.keyLane",
+	"subscriber.lane.accept",
+	"subscriber.receiver.stopped",
+	"subscriber.lane.holdsNothing",
+	"subscriber.attempts.prior",
+	"subscriber.lane.closeRoomGap",
+	"subscriber.room.admit",
+	"subscriber.lane.place",
+	"subscriber.receiver.take",
+	"subscriber.lane.next",
+	"subscriber.lane.release",
+	"subscriber.receiver.apply",
+	"workers.Pool.SubmitTask",
+	"workers.Pool.index",
+	"workers.shard.get",
+	"workers.Pool.submit",
+	"workers.Pool.makeReady",
+	// A runner of the pool.
+	"workers.Pool.run",
+	"workers.Pool.take",
+	"workers.partition.start",
+	"workers.invoke",
+	"subscriber.lane.Run",
+	"subscriber.lane.begin",
+	"subscriber.job.deliveryAttempt",
+	"subscriber.receiver.call",
+	"subscriber.receiver.checkSequence",
+	"subscriber.receiver.sequenced",
+	"subscriber.job.lifeOr",
+	"subscriber.invokeHandler",
+	"subscriber.receiver.judge",
+	"subscriber.recorder.handled",
+	"subscriber.receiver.conclude",
+	"subscriber.processed.add",
+	"subscriber.receiver.processedStamp",
+	"subscriber.lane.settle",
+	"subscriber.lane.update",
+	"subscriber.lane.note",
+	"subscriber.effects.add",
+	"subscriber.receiver.settle",
+	"subscriber/internal/engine.Outcome.Acks",
+	"subscriber.receiver.ack",
+	"subscriber.ending.acked",
+	"subscriber.room.give",
+	"subscriber.receiver.count",
+	"subscriber.recorder.settled",
+	"workers.Pool.after",
+}
+
+// pushWay is a push request's way, from the HTTP handler to its answer.
+var pushWay = []string{
+	// The request's goroutine.
+	"subscriber.pushEndpoint.ServeHTTP",
+	"subscriber.pushEndpoint.hintToken",
+	"subscriber.pushEndpoint.authorize",
+	"subscriber.tokenChecker.check",
+	"subscriber.decodePush",
+	"subscriber.pushEndpoint.hintKey",
+	"subscriber.pushEndpoint.run",
+	"subscriber.pushEndpoint.enter",
+	"subscriber.keyGate.enter",
+	"subscriber.receiver.arrived",
+	"subscriber.newJob",
+	"subscriber.isRedriven",
+	"subscriber.deliveryOf",
+	"subscriber.takeStamp",
+	"subscriber.job.deliveryAttempt",
+	"subscriber.pushEndpoint.callWaiting",
+	"subscriber.pushEndpoint.call",
+	"subscriber.lanes.pushing",
+	"subscriber.lanes.with",
+	"subscriber.laneShard.keyLane",
+	"subscriber.lane.holdsNothing",
+	// The call's goroutine.
+	"subscriber.receiver.call",
+	"subscriber.receiver.stopped",
+	"subscriber.receiver.processedBefore",
+	"subscriber.processed.contains",
+	"subscriber.receiver.checkSequence",
+	"subscriber.receiver.sequenced",
+	"subscriber.attempts.prior",
+	"subscriber.job.lifeOr",
+	"subscriber.invokeHandler",
+	"subscriber.receiver.judge",
+	"subscriber.recorder.handled",
+	"subscriber.receiver.conclude",
+	"subscriber.processed.add",
+	"subscriber.receiver.processedStamp",
+	"subscriber.pushAnswer.settle",
+	"subscriber.lane.pushed",
+	"subscriber.lane.note",
+	"subscriber.lane.release",
+	"subscriber.receiver.apply",
+	// The request's goroutine again, which answers.
+	"subscriber.pushEndpoint.deliver",
+	"subscriber/internal/engine.Outcome.ForGood",
+	"subscriber.receiver.count",
+	"subscriber.recorder.settled",
+	"subscriber/internal/engine.Outcome.Acks",
+}
+
+// maxWayFiles is the bound the package layout aims at for each way; it is
+// logged beside the figure, not asserted, until the carve-out reaches it.
+const maxWayFiles = 8
+
+// funcFiles maps every function of files, as "dir.Func" or
+// "dir.Type.Method", to the file that declares it.
+func funcFiles(files []file) map[string]string {
+	where := map[string]string{}
+	for _, f := range files {
+		for _, d := range f.ast.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok {
+				continue
+			}
+			name := f.pkg + "." + fd.Name.Name
+			if typ := receiverType(fd); typ != "" {
+				name = f.pkg + "." + typ + "." + fd.Name.Name
+			}
+			where[name] = f.name
+		}
+	}
+	return where
+}
+
+// TestDeliveryWays logs how many files each way crosses. A name of a way
+// that the code no longer declares fails the test: the list must follow
+// the code, or the figure would shrink unseen.
+func TestDeliveryWays(t *testing.T) {
+	where := funcFiles(append(parseTree(t, "subscriber"), parseTree(t, "workers")...))
+	for _, way := range []struct {
+		name  string
+		steps []string
+	}{{"pull delivery", pullWay}, {"push request", pushWay}} {
+		perFile := map[string]int{}
+		for _, step := range way.steps {
+			f, ok := where[step]
+			require.True(t, ok, "%s: %s is declared nowhere: update the list", way.name, step)
+			perFile[f]++
+		}
+		files := slices.Sorted(maps.Keys(perFile))
+		parts := make([]string, len(files))
+		inWorkers := 0
+		for i, f := range files {
+			parts[i] = fmt.Sprintf("%s (%d)", f, perFile[f])
+			if strings.HasPrefix(f, "workers/") {
+				inWorkers++
+			}
+		}
+		t.Logf("%s: %d functions in %d files, %d of subscriber/... and %d of workers/ (target %d): %s",
+			way.name, len(way.steps), len(files), len(files)-inWorkers, inWorkers, maxWayFiles,
+			strings.Join(parts, ", "))
+	}
+}
