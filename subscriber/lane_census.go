@@ -77,52 +77,10 @@ type laneStats struct {
 	part int32
 }
 
-// partition returns the partition of l's key, computing it once. The
-// shard's mutex must be held.
-func (l *lane) partition() int {
-	if l.stats.part == 0 {
-		l.stats.part = int32(l.r.pool.Partition(l.key)) + 1
-	}
-	return int(l.stats.part) - 1
-}
-
 // ran counts a call that took d.
 func (s *laneStats) ran(d time.Duration) {
 	s.calls++
 	s.busy += d
-}
-
-// oldest returns when the oldest delivery the lane holds arrived, zero if
-// it holds none. Deliveries queue in arrival order, and a running one was
-// the head before, so a healthy lane's oldest is the running job, or else
-// the head. Only a held key's failed message, coming back, goes in front
-// of older deliveries: those kept while it was away (nackTail), the oldest
-// of which is then second, or running. One job is read in the common case:
-// a Stats of many keys costs a cache miss per job it reads. The shard's
-// mutex must be held.
-func (l *lane) oldest() time.Time {
-	if l.trouble == nil {
-		switch {
-		case l.running != nil:
-			return l.running.received
-		case l.queue.Len() > 0:
-			return l.queue.At(0).received
-		}
-		return time.Time{}
-	}
-	var t time.Time
-	older := func(j *job) {
-		if t.IsZero() || j.received.Before(t) {
-			t = j.received
-		}
-	}
-	if l.running != nil {
-		older(l.running)
-	}
-	for i := 0; i < min(2, l.queue.Len()); i++ {
-		older(l.queue.At(i))
-	}
-	return t
 }
 
 // census is the scratch of Stats, kept between calls so that a call every

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/keyorder/keyorder/publisher"
-
 	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
@@ -21,7 +20,7 @@ import (
 
 // note records v, the call path's verdict on j, in the key's trouble: the
 // held-key record that HeldKeys and Stats.Held read, whatever the door
-// (the pull path's settle, and push's, lane_push.go). A failure starts or
+// (the pull path's settle, and push's, pushed). A failure starts or
 // updates it; a failure for good that holds the key marks it held and
 // tells KeyHeld once; the message's success, or the service giving up on
 // it, ends it. The shard's mutex must be held.
@@ -242,4 +241,103 @@ func (r *receiver) reportError(j *job, err error) {
 	}
 	defer r.recoverCallback("error handler")
 	r.cfg.onError(&j.d, err)
+}
+
+// partition returns the partition of l's key, computing it once. The
+// shard's mutex must be held.
+func (l *lane) partition() int {
+	if l.stats.part == 0 {
+		l.stats.part = int32(l.r.pool.Partition(l.key)) + 1
+	}
+	return int(l.stats.part) - 1
+}
+
+// oldest returns when the oldest delivery the lane holds arrived, zero if
+// it holds none. Deliveries queue in arrival order, and a running one was
+// the head before, so a healthy lane's oldest is the running job, or else
+// the head. Only a held key's failed message, coming back, goes in front
+// of older deliveries: those kept while it was away (nackTail), the oldest
+// of which is then second, or running. One job is read in the common case:
+// a Stats of many keys costs a cache miss per job it reads. The shard's
+// mutex must be held.
+func (l *lane) oldest() time.Time {
+	if l.trouble == nil {
+		switch {
+		case l.running != nil:
+			return l.running.received
+		case l.queue.Len() > 0:
+			return l.queue.At(0).received
+		}
+		return time.Time{}
+	}
+	var t time.Time
+	older := func(j *job) {
+		if t.IsZero() || j.received.Before(t) {
+			t = j.received
+		}
+	}
+	if l.running != nil {
+		older(l.running)
+	}
+	for i := 0; i < min(2, l.queue.Len()); i++ {
+		older(l.queue.At(i))
+	}
+	return t
+}
+
+// stuck reports whether l's backlog is not draining: its oldest message is
+// failing, or the backlog would take more than drainLimit at its pace. The
+// shard's mutex must be held.
+func (l *lane) stuck(now time.Time) bool {
+	if l.trouble != nil {
+		return true
+	}
+	per := l.pace
+	if l.running != nil {
+		per = max(per, now.Sub(l.busySince))
+	}
+	return time.Duration(l.queue.Len())*per > drainLimit
+}
+
+// shed nacks l's queued deliveries past the backlog if l is stuck. The
+// shard's mutex must be held.
+func (l *lane) shed(now time.Time, fx *effects) {
+	if l.queue.Len() <= l.r.room.perKey || !l.stuck(now) {
+		return
+	}
+	tail := l.queue.Truncate(l.r.room.perKey, nil)
+	l.openRoomGap(tail[0].d.ID) // the oldest nacked comes back first
+	for _, j := range tail {
+		fx.add(j, engine.Room)
+	}
+}
+
+// openRoomGap nacks id for room: the key's later deliveries are nacked until
+// it comes back (S10). The shard's mutex must be held.
+func (l *lane) openRoomGap(id string) {
+	if l.roomGap == id {
+		return
+	}
+	l.closeRoomGap()
+	l.roomGap = id
+	l.roomGapEnd = l.r.clock.after(l.r.cfg.redeliveryWait, func() {
+		// Not update: the lane may have a turn in the pool, and next
+		// would submit a second one.
+		l.sh.mu.Lock()
+		if l.roomGap == id {
+			l.roomGap, l.roomGapEnd = "", nil
+			l.release()
+		}
+		l.sh.mu.Unlock()
+	})
+}
+
+// closeRoomGap ends the lane's room gap, if it has one. The shard's mutex must be
+// held.
+func (l *lane) closeRoomGap() {
+	if l.roomGap == "" {
+		return
+	}
+	l.r.clock.stop(l.roomGapEnd)
+	l.roomGap, l.roomGapEnd = "", nil
 }

@@ -290,11 +290,6 @@ func (fl *flight) land(parked bool, err error) {
 	}
 }
 
-// unfence moves the lane on once the barrier it waited for has passed.
-func (l *lane) unfence() {
-	l.update(func(time.Time) effects { l.pk.waiting = false; return effects{} })
-}
-
 // parked settles jobs, moved to the parking topic, as parked: acked, and
 // counted in Stats.Parked. Every door that parks calls it.
 func (r *receiver) parked(fx *effects, jobs ...*job) {

@@ -3,8 +3,6 @@ package subscriber
 import (
 	"sync/atomic"
 	"time"
-
-	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // room keeps one key's backlog from using up the official client's flow
@@ -146,61 +144,4 @@ func (r *receiver) stopWatch() {
 	if t := r.room.watch.Load(); t != nil {
 		r.clock.stop(t)
 	}
-}
-
-// stuck reports whether l's backlog is not draining: its oldest message is
-// failing, or the backlog would take more than drainLimit at its pace. The
-// shard's mutex must be held.
-func (l *lane) stuck(now time.Time) bool {
-	if l.trouble != nil {
-		return true
-	}
-	per := l.pace
-	if l.running != nil {
-		per = max(per, now.Sub(l.busySince))
-	}
-	return time.Duration(l.queue.Len())*per > drainLimit
-}
-
-// shed nacks l's queued deliveries past the backlog if l is stuck. The
-// shard's mutex must be held.
-func (l *lane) shed(now time.Time, fx *effects) {
-	if l.queue.Len() <= l.r.room.perKey || !l.stuck(now) {
-		return
-	}
-	tail := l.queue.Truncate(l.r.room.perKey, nil)
-	l.openRoomGap(tail[0].d.ID) // the oldest nacked comes back first
-	for _, j := range tail {
-		fx.add(j, engine.Room)
-	}
-}
-
-// openRoomGap nacks id for room: the key's later deliveries are nacked until
-// it comes back (S10). The shard's mutex must be held.
-func (l *lane) openRoomGap(id string) {
-	if l.roomGap == id {
-		return
-	}
-	l.closeRoomGap()
-	l.roomGap = id
-	l.roomGapEnd = l.r.clock.after(l.r.cfg.redeliveryWait, func() {
-		// Not update: the lane may have a turn in the pool, and next
-		// would submit a second one.
-		l.sh.mu.Lock()
-		if l.roomGap == id {
-			l.roomGap, l.roomGapEnd = "", nil
-			l.release()
-		}
-		l.sh.mu.Unlock()
-	})
-}
-
-// closeRoomGap ends the lane's room gap, if it has one. The shard's mutex must be
-// held.
-func (l *lane) closeRoomGap() {
-	if l.roomGap == "" {
-		return
-	}
-	l.r.clock.stop(l.roomGapEnd)
-	l.roomGap, l.roomGapEnd = "", nil
 }

@@ -281,7 +281,7 @@ func (e *pushEndpoint) enter() bool {
 }
 
 // call runs j through the call path on a goroutine of its own, the key's
-// lane showing it running meanwhile (lane_push.go), and returns the
+// lane showing it running meanwhile (lane.pushed), and returns the
 // verdict. The handler's context ends with the request, as the service
 // stops waiting for the answer then, or with the door's drain.
 func (e *pushEndpoint) call(ctx context.Context, j *job) verdict {
