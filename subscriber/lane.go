@@ -220,7 +220,7 @@ func (l *lane) settle(j *job, v verdict) {
 		case engine.Retried:
 			l.retryLater(j, v.delay, now)
 		case engine.Parked:
-			l.r.park.park(l, j, v.err) // lane_park.go: the next flight parks the key
+			l.r.park.park(l, j, v.err) // park.go: the next flight parks the key
 		case engine.HoldKey:
 			l.hold(j, &fx)
 		default:
@@ -328,7 +328,7 @@ func (l *lane) accept(j *job, now time.Time) engine.Outcome {
 	}
 	j.fresh = l.holdsNothing()
 	if r.park != nil && l.key != "" {
-		r.park.accept(l) // lane_park.go: the barrier
+		r.park.accept(l) // park.go: the barrier
 	}
 	if prior := r.tries.prior(id); prior.failures >= r.cfg.maxAttempts {
 		// It failed for good on an earlier delivery: one call per

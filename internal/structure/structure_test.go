@@ -30,7 +30,6 @@ const maxMethodFiles = 2
 var spread = map[string]int{
 	"subscriber.Subscription":            10, // the facade's public type may spread by feature
 	"subscriber.receiver":                11,
-	"subscriber.parking":                 6,
 	"subscriber.pushEndpoint":            3,
 	"subscriber/internal/controllog.Log": 3,
 }
