@@ -195,52 +195,11 @@ func (l *lane) lapsed(t *trouble) {
 	})
 }
 
-// deadLettered reports whether the service will forward j's message to
-// the dead-letter topic rather than deliver it again if j is nacked now.
-func (r *receiver) deadLettered(j *job) bool {
-	return r.s.deadLetterAttempts > 0 && j.deliveryAttempt() >= r.s.deadLetterAttempts
-}
-
-// controlRetry returns the wait before the next try of a publish to the
-// control log that failed with err, and the tries counted so far. An
-// event failed as the tail of another's failure (a *publisher.PublishError
-// that is Skipped) was never sent, and its key has resumed: it goes again
-// at once, uncounted, so that one lost publish does not put the next
-// event off by WithBackoff's wait. Any other failure counts, and waits
-// backoff(tries).
-func (r *receiver) controlRetry(tries int, err error) (time.Duration, int) {
-	if skippedTail(err) {
-		return 0, tries
-	}
-	return r.backoff(tries + 1), tries + 1
-}
-
 // skippedTail reports whether err is a publish failed unsent, as the tail
 // of another message's failure.
 func skippedTail(err error) bool {
 	pe, ok := errors.AsType[*publisher.PublishError](err)
 	return ok && pe.Skipped
-}
-
-// backoff is the wait before the next call of a message after its
-// failures-th counted failure: WithBackoff's min, doubling up to its max.
-func (r *receiver) backoff(failures int) time.Duration {
-	d := r.cfg.minBackoff
-	for i := 1; i < failures && d < r.cfg.maxBackoff; i++ {
-		d *= 2
-	}
-	return min(d, r.cfg.maxBackoff)
-}
-
-// reportError tells the WithErrorHandler callback about a failed call. A
-// panic in the callback is recovered and logged: it must not leave the
-// message unsettled (S11).
-func (r *receiver) reportError(j *job, err error) {
-	if r.cfg.onError == nil {
-		return
-	}
-	defer r.recoverCallback("error handler")
-	r.cfg.onError(&j.d, err)
 }
 
 // partition returns the partition of l's key, computing it once. The

@@ -118,12 +118,3 @@ func (fl *flight) land(parked bool, err error) {
 		r.obs.log.Warn("keyorder/subscriber: could not park messages; will try again", "key", l.key, "error", err)
 	}
 }
-
-// parked settles jobs, moved to the parking topic, as parked: acked, and
-// counted in Stats.Parked. Every door that parks calls it.
-func (r *receiver) parked(fx *effects, jobs ...*job) {
-	for _, j := range jobs {
-		fx.add(j, engine.Parked)
-	}
-	r.s.counts.parked.Add(int64(len(jobs)))
-}

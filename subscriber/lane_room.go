@@ -95,53 +95,10 @@ func (rm *room) admit(l *lane, j *job, now time.Time) bool {
 	return l.queue.Len() < rm.perKey || !rm.pressed(j.size) || !l.stuck(now)
 }
 
-// take counts j, which is queued, and starts the watch if the window is
-// now half full.
-func (r *receiver) take(j *job) {
-	rm := &r.room
-	j.counted = true
-	rm.msgs.Add(1)
-	rm.bytes.Add(j.size)
-	if rm.pressed(0) && rm.watching.CompareAndSwap(false, true) {
-		rm.watch.Store(r.clock.after(roomCheck, r.checkRoom))
-	}
-}
-
 // give uncounts j, which is settled.
 func (rm *room) give(j *job) {
 	if j.counted {
 		rm.msgs.Add(-1)
 		rm.bytes.Add(-j.size)
-	}
-}
-
-// checkRoom is the watch: it nacks the queued deliveries past the backlog
-// of every stuck key, and looks again after roomCheck while the window is
-// still half full.
-func (r *receiver) checkRoom() {
-	rm := &r.room
-	if r.stopped() {
-		return
-	}
-	now := time.Now()
-	var fx effects
-	r.lanes.each(func(l *lane) { l.shed(now, &fx) })
-	for _, s := range fx.settle {
-		r.settle(s.j, s.out)
-	}
-	if rm.pressed(0) {
-		rm.watch.Store(r.clock.after(roomCheck, r.checkRoom))
-		return
-	}
-	rm.watching.Store(false)
-	if rm.pressed(0) && rm.watching.CompareAndSwap(false, true) { // it filled again meanwhile
-		rm.watch.Store(r.clock.after(roomCheck, r.checkRoom))
-	}
-}
-
-// stopWatch stops the watch at shutdown.
-func (r *receiver) stopWatch() {
-	if t := r.room.watch.Load(); t != nil {
-		r.clock.stop(t)
 	}
 }
