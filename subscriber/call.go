@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/keyorder/keyorder/ordering"
 	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
@@ -209,4 +210,239 @@ func logFailure(j *job, deadLettered bool) []slog.Attr {
 		slog.String("key", j.d.Key), slog.String("message_id", j.d.ID), slog.Int("attempt", j.d.Attempt),
 		slog.Any("error", j.err), slog.Bool("dead_lettered", deadLettered),
 	}
+}
+
+// sequenced reports whether j's stamp is checked in this Receive.
+func (r *receiver) sequenced(j *job) bool {
+	return r.seqs != nil && r.s.ordered && j.d.Key != "" && j.d.Seq != 0
+}
+
+// checkSequence is the sequence check of j, just before the handler call:
+// it reports whether j is a copy of a message processed already, and
+// returns the gap before it, newly found, for the call path to report to
+// the WithGapHandler callback once j is settled. It counts and logs both,
+// and a number that may run a second time, since a bound of the window
+// forgot it (S12).
+func (r *receiver) checkSequence(j *job, now time.Time) (bool, *Gap) {
+	if !r.sequenced(j) {
+		return false, nil
+	}
+	d := &j.d
+	res, first := r.seqs.CheckFirst(d.Key, ordering.Stamp{Producer: d.Producer, Seq: d.Seq}, d.ID, j.redriven, now)
+	ctx := handlerContext{Context: j.ctx, life: r.handlerCtx}
+	if res.Copy && r.cfg.dedupWindow > 0 {
+		r.s.counts.duplicates.Add(1)
+		r.obs.sequenceDuplicate(ctx, res.FirstCopy, d.Key, d.Producer, d.Seq, d.ID)
+		return true, nil
+	}
+	if res.Uncertain {
+		r.s.counts.rerun.Add(1)
+		r.obs.sequenceRerun(ctx, d.Key, d.Producer, d.Seq, d.ID)
+	}
+	start := first && res.GapFrom == 0 && startsLate(d.Seq)
+	if start {
+		// Silence is no start: numbers before this one were never seen
+		// here, and the producer began at 1.
+		epoch, _ := ordering.SplitSeq(d.Seq)
+		res.GapFrom, res.GapTo = ordering.MakeSeq(epoch, 1), d.Seq-1
+	}
+	if res.GapFrom == 0 {
+		return false, nil
+	}
+	g := &Gap{Key: d.Key, Producer: d.Producer, From: res.GapFrom, To: res.GapTo, MessageID: d.ID, Seq: d.Seq}
+	// A gap is certain only where this process held the key's earlier
+	// messages: the service moves a key only when none of its messages
+	// is outstanding, so a key that had nothing here may have been on
+	// another client, however briefly, and its numbers processed there.
+	// A pair new to the window has no earlier messages here; and on a
+	// server that redelivers out of order the numbers may still come.
+	g.Uncertain = first || j.fresh || r.anyOrder
+	if g.Uncertain {
+		r.s.counts.uncertainGaps.Add(1)
+	} else {
+		r.s.counts.gaps.Add(1)
+	}
+	if start {
+		// Counted and logged, not told: WithGapHandler hears of numbers
+		// missing between two this Receive saw.
+		r.obs.sequenceStart(ctx, d.Key, d.Producer, res.GapFrom, res.GapTo)
+		return false, nil
+	}
+	r.obs.sequenceGap(ctx, d.Key, d.Producer, res.GapFrom, res.GapTo, g.Uncertain)
+	return false, g
+}
+
+// processedStamp records j's stamp as processed, before j is acked, so
+// that a copy that comes after the ack is known.
+func (r *receiver) processedStamp(j *job) {
+	if r.sequenced(j) {
+		r.seqs.Done(j.d.Key, ordering.Stamp{Producer: j.d.Producer, Seq: j.d.Seq}, time.Now())
+	}
+}
+
+// reportGap tells the WithGapHandler callback about g. A panic in the
+// callback is recovered and logged.
+func (r *receiver) reportGap(g Gap) {
+	if r.cfg.onGap == nil {
+		return
+	}
+	defer r.recoverCallback("gap handler")
+	r.cfg.onGap(g)
+}
+
+// deadLettered reports whether the service will forward j's message to
+// the dead-letter topic rather than deliver it again if j is nacked now.
+func (r *receiver) deadLettered(j *job) bool {
+	return r.s.deadLetterAttempts > 0 && j.deliveryAttempt() >= r.s.deadLetterAttempts
+}
+
+// controlRetry returns the wait before the next try of a publish to the
+// control log that failed with err, and the tries counted so far. An
+// event failed as the tail of another's failure (a *publisher.PublishError
+// that is Skipped) was never sent, and its key has resumed: it goes again
+// at once, uncounted, so that one lost publish does not put the next
+// event off by WithBackoff's wait. Any other failure counts, and waits
+// backoff(tries).
+func (r *receiver) controlRetry(tries int, err error) (time.Duration, int) {
+	if skippedTail(err) {
+		return 0, tries
+	}
+	return r.backoff(tries + 1), tries + 1
+}
+
+// backoff is the wait before the next call of a message after its
+// failures-th counted failure: WithBackoff's min, doubling up to its max.
+func (r *receiver) backoff(failures int) time.Duration {
+	d := r.cfg.minBackoff
+	for i := 1; i < failures && d < r.cfg.maxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, r.cfg.maxBackoff)
+}
+
+// reportError tells the WithErrorHandler callback about a failed call. A
+// panic in the callback is recovered and logged: it must not leave the
+// message unsettled (S11).
+func (r *receiver) reportError(j *job, err error) {
+	if r.cfg.onError == nil {
+		return
+	}
+	defer r.recoverCallback("error handler")
+	r.cfg.onError(&j.d, err)
+}
+
+// parked settles jobs, moved to the parking topic, as parked: acked, and
+// counted in Stats.Parked. Every door that parks calls it.
+func (r *receiver) parked(fx *effects, jobs ...*job) {
+	for _, j := range jobs {
+		fx.add(j, engine.Parked)
+	}
+	r.s.counts.parked.Add(int64(len(jobs)))
+}
+
+// take counts j, which is queued, and starts the watch if the window is
+// now half full.
+func (r *receiver) take(j *job) {
+	rm := &r.room
+	j.counted = true
+	rm.msgs.Add(1)
+	rm.bytes.Add(j.size)
+	if rm.pressed(0) && rm.watching.CompareAndSwap(false, true) {
+		rm.watch.Store(r.clock.after(roomCheck, r.checkRoom))
+	}
+}
+
+// checkRoom is the watch: it nacks the queued deliveries past the backlog
+// of every stuck key, and looks again after roomCheck while the window is
+// still half full.
+func (r *receiver) checkRoom() {
+	rm := &r.room
+	if r.stopped() {
+		return
+	}
+	now := time.Now()
+	var fx effects
+	r.lanes.each(func(l *lane) { l.shed(now, &fx) })
+	for _, s := range fx.settle {
+		r.settle(s.j, s.out)
+	}
+	if rm.pressed(0) {
+		rm.watch.Store(r.clock.after(roomCheck, r.checkRoom))
+		return
+	}
+	rm.watching.Store(false)
+	if rm.pressed(0) && rm.watching.CompareAndSwap(false, true) { // it filled again meanwhile
+		rm.watch.Store(r.clock.after(roomCheck, r.checkRoom))
+	}
+}
+
+// stopWatch stops the watch at shutdown.
+func (r *receiver) stopWatch() {
+	if t := r.room.watch.Load(); t != nil {
+		r.clock.stop(t)
+	}
+}
+
+// survey fills in what the running Receive holds now: the counts, the held
+// keys, and, if ranked, the busiest partitions and the top keys.
+func (r *receiver) survey(st *Stats, now time.Time, ranked bool) {
+	c := &r.census
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ranked && c.index == nil {
+		c.index = make([]int32, r.cfg.partitions)
+	}
+	backlog := ranking[KeyStats]{before: moreBacklog}
+	aged := ranking[KeyStats]{before: older}
+	var oldest time.Time
+	st.Receiving = true
+	r.lanes.each(func(l *lane) {
+		q := l.queue.Len()
+		st.Queued += q
+		if l.running != nil {
+			st.Running++
+		}
+		if l.trouble != nil {
+			st.Held = append(st.Held, l.heldKey())
+		}
+		o := l.oldest()
+		if !o.IsZero() && (oldest.IsZero() || o.Before(oldest)) {
+			oldest = o
+		}
+		if l.key == "" {
+			return // not pinned to a partition, and no key to rank
+		}
+		st.Keys++
+		if !ranked || (q == 0 && l.running == nil) {
+			return
+		}
+		k := KeyStats{
+			Key: l.key, Partition: l.partition(), Queued: q, Running: l.running != nil,
+			Age: now.Sub(o), Calls: l.stats.calls, Busy: l.stats.busy, Held: l.trouble != nil,
+		}
+		if k.Running {
+			k.RunningFor = now.Sub(l.busySince)
+		}
+		c.add(k)
+		backlog.offer(k)
+		aged.offer(k)
+	})
+	sortHeld(st.Held)
+	if !oldest.IsZero() {
+		st.OldestAge = now.Sub(oldest)
+	}
+	if !ranked {
+		return
+	}
+	st.TopBacklog, st.TopAge = backlog.items, aged.items
+	st.ActivePartitions = len(c.parts)
+	busiest := ranking[PartitionStats]{before: busier}
+	for _, p := range c.parts {
+		busiest.offer(p)
+	}
+	st.Partitions = busiest.items
+	for _, p := range c.parts {
+		c.index[p.Partition] = 0
+	}
+	c.parts = c.parts[:0]
 }

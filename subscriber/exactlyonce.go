@@ -176,17 +176,3 @@ func (c *confirmer) stop(wait time.Duration) {
 		<-c.done
 	}
 }
-
-// ack acks the newest delivery of j's message: on an exactly-once
-// subscription, with its answer watched; ran says the handler ran for it.
-func (r *receiver) ack(j *job, ran bool) {
-	if r.confirm != nil {
-		p := pendingAck{id: j.d.ID, ran: ran}
-		if r.sequenced(j) {
-			p.key, p.stamp = j.d.Key, ordering.Stamp{Producer: j.d.Producer, Seq: j.d.Seq}
-		}
-		r.confirm.ack(p, j.msg)
-		return
-	}
-	j.msg.Ack()
-}

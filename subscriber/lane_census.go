@@ -77,52 +77,10 @@ type laneStats struct {
 	part int32
 }
 
-// partition returns the partition of l's key, computing it once. The
-// shard's mutex must be held.
-func (l *lane) partition() int {
-	if l.stats.part == 0 {
-		l.stats.part = int32(l.r.pool.Partition(l.key)) + 1
-	}
-	return int(l.stats.part) - 1
-}
-
 // ran counts a call that took d.
 func (s *laneStats) ran(d time.Duration) {
 	s.calls++
 	s.busy += d
-}
-
-// oldest returns when the oldest delivery the lane holds arrived, zero if
-// it holds none. Deliveries queue in arrival order, and a running one was
-// the head before, so a healthy lane's oldest is the running job, or else
-// the head. Only a held key's failed message, coming back, goes in front
-// of older deliveries: those kept while it was away (nackTail), the oldest
-// of which is then second, or running. One job is read in the common case:
-// a Stats of many keys costs a cache miss per job it reads. The shard's
-// mutex must be held.
-func (l *lane) oldest() time.Time {
-	if l.trouble == nil {
-		switch {
-		case l.running != nil:
-			return l.running.received
-		case l.queue.Len() > 0:
-			return l.queue.At(0).received
-		}
-		return time.Time{}
-	}
-	var t time.Time
-	older := func(j *job) {
-		if t.IsZero() || j.received.Before(t) {
-			t = j.received
-		}
-	}
-	if l.running != nil {
-		older(l.running)
-	}
-	for i := 0; i < min(2, l.queue.Len()); i++ {
-		older(l.queue.At(i))
-	}
-	return t
 }
 
 // census is the scratch of Stats, kept between calls so that a call every
@@ -134,70 +92,6 @@ type census struct {
 	// cache miss per key.
 	index []int32
 	parts []PartitionStats
-}
-
-// survey fills in what the running Receive holds now: the counts, the held
-// keys, and, if ranked, the busiest partitions and the top keys.
-func (r *receiver) survey(st *Stats, now time.Time, ranked bool) {
-	c := &r.census
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if ranked && c.index == nil {
-		c.index = make([]int32, r.cfg.partitions)
-	}
-	backlog := ranking[KeyStats]{before: moreBacklog}
-	aged := ranking[KeyStats]{before: older}
-	var oldest time.Time
-	st.Receiving = true
-	r.lanes.each(func(l *lane) {
-		q := l.queue.Len()
-		st.Queued += q
-		if l.running != nil {
-			st.Running++
-		}
-		if l.trouble != nil {
-			st.Held = append(st.Held, l.heldKey())
-		}
-		o := l.oldest()
-		if !o.IsZero() && (oldest.IsZero() || o.Before(oldest)) {
-			oldest = o
-		}
-		if l.key == "" {
-			return // not pinned to a partition, and no key to rank
-		}
-		st.Keys++
-		if !ranked || (q == 0 && l.running == nil) {
-			return
-		}
-		k := KeyStats{
-			Key: l.key, Partition: l.partition(), Queued: q, Running: l.running != nil,
-			Age: now.Sub(o), Calls: l.stats.calls, Busy: l.stats.busy, Held: l.trouble != nil,
-		}
-		if k.Running {
-			k.RunningFor = now.Sub(l.busySince)
-		}
-		c.add(k)
-		backlog.offer(k)
-		aged.offer(k)
-	})
-	sortHeld(st.Held)
-	if !oldest.IsZero() {
-		st.OldestAge = now.Sub(oldest)
-	}
-	if !ranked {
-		return
-	}
-	st.TopBacklog, st.TopAge = backlog.items, aged.items
-	st.ActivePartitions = len(c.parts)
-	busiest := ranking[PartitionStats]{before: busier}
-	for _, p := range c.parts {
-		busiest.offer(p)
-	}
-	st.Partitions = busiest.items
-	for _, p := range c.parts {
-		c.index[p.Partition] = 0
-	}
-	c.parts = c.parts[:0]
 }
 
 // add counts k in its partition. c.mu must be held.

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/keyorder/keyorder/publisher"
-
 	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
@@ -21,7 +20,7 @@ import (
 
 // note records v, the call path's verdict on j, in the key's trouble: the
 // held-key record that HeldKeys and Stats.Held read, whatever the door
-// (the pull path's settle, and push's, lane_push.go). A failure starts or
+// (the pull path's settle, and push's, pushed). A failure starts or
 // updates it; a failure for good that holds the key marks it held and
 // tells KeyHeld once; the message's success, or the service giving up on
 // it, ends it. The shard's mutex must be held.
@@ -196,26 +195,6 @@ func (l *lane) lapsed(t *trouble) {
 	})
 }
 
-// deadLettered reports whether the service will forward j's message to
-// the dead-letter topic rather than deliver it again if j is nacked now.
-func (r *receiver) deadLettered(j *job) bool {
-	return r.s.deadLetterAttempts > 0 && j.deliveryAttempt() >= r.s.deadLetterAttempts
-}
-
-// controlRetry returns the wait before the next try of a publish to the
-// control log that failed with err, and the tries counted so far. An
-// event failed as the tail of another's failure (a *publisher.PublishError
-// that is Skipped) was never sent, and its key has resumed: it goes again
-// at once, uncounted, so that one lost publish does not put the next
-// event off by WithBackoff's wait. Any other failure counts, and waits
-// backoff(tries).
-func (r *receiver) controlRetry(tries int, err error) (time.Duration, int) {
-	if skippedTail(err) {
-		return 0, tries
-	}
-	return r.backoff(tries + 1), tries + 1
-}
-
 // skippedTail reports whether err is a publish failed unsent, as the tail
 // of another message's failure.
 func skippedTail(err error) bool {
@@ -223,23 +202,101 @@ func skippedTail(err error) bool {
 	return ok && pe.Skipped
 }
 
-// backoff is the wait before the next call of a message after its
-// failures-th counted failure: WithBackoff's min, doubling up to its max.
-func (r *receiver) backoff(failures int) time.Duration {
-	d := r.cfg.minBackoff
-	for i := 1; i < failures && d < r.cfg.maxBackoff; i++ {
-		d *= 2
+// partition returns the partition of l's key, computing it once. The
+// shard's mutex must be held.
+func (l *lane) partition() int {
+	if l.stats.part == 0 {
+		l.stats.part = int32(l.r.pool.Partition(l.key)) + 1
 	}
-	return min(d, r.cfg.maxBackoff)
+	return int(l.stats.part) - 1
 }
 
-// reportError tells the WithErrorHandler callback about a failed call. A
-// panic in the callback is recovered and logged: it must not leave the
-// message unsettled (S11).
-func (r *receiver) reportError(j *job, err error) {
-	if r.cfg.onError == nil {
+// oldest returns when the oldest delivery the lane holds arrived, zero if
+// it holds none. Deliveries queue in arrival order, and a running one was
+// the head before, so a healthy lane's oldest is the running job, or else
+// the head. Only a held key's failed message, coming back, goes in front
+// of older deliveries: those kept while it was away (nackTail), the oldest
+// of which is then second, or running. One job is read in the common case:
+// a Stats of many keys costs a cache miss per job it reads. The shard's
+// mutex must be held.
+func (l *lane) oldest() time.Time {
+	if l.trouble == nil {
+		switch {
+		case l.running != nil:
+			return l.running.received
+		case l.queue.Len() > 0:
+			return l.queue.At(0).received
+		}
+		return time.Time{}
+	}
+	var t time.Time
+	older := func(j *job) {
+		if t.IsZero() || j.received.Before(t) {
+			t = j.received
+		}
+	}
+	if l.running != nil {
+		older(l.running)
+	}
+	for i := 0; i < min(2, l.queue.Len()); i++ {
+		older(l.queue.At(i))
+	}
+	return t
+}
+
+// stuck reports whether l's backlog is not draining: its oldest message is
+// failing, or the backlog would take more than drainLimit at its pace. The
+// shard's mutex must be held.
+func (l *lane) stuck(now time.Time) bool {
+	if l.trouble != nil {
+		return true
+	}
+	per := l.pace
+	if l.running != nil {
+		per = max(per, now.Sub(l.busySince))
+	}
+	return time.Duration(l.queue.Len())*per > drainLimit
+}
+
+// shed nacks l's queued deliveries past the backlog if l is stuck. The
+// shard's mutex must be held.
+func (l *lane) shed(now time.Time, fx *effects) {
+	if l.queue.Len() <= l.r.room.perKey || !l.stuck(now) {
 		return
 	}
-	defer r.recoverCallback("error handler")
-	r.cfg.onError(&j.d, err)
+	tail := l.queue.Truncate(l.r.room.perKey, nil)
+	l.openRoomGap(tail[0].d.ID) // the oldest nacked comes back first
+	for _, j := range tail {
+		fx.add(j, engine.Room)
+	}
+}
+
+// openRoomGap nacks id for room: the key's later deliveries are nacked until
+// it comes back (S10). The shard's mutex must be held.
+func (l *lane) openRoomGap(id string) {
+	if l.roomGap == id {
+		return
+	}
+	l.closeRoomGap()
+	l.roomGap = id
+	l.roomGapEnd = l.r.clock.after(l.r.cfg.redeliveryWait, func() {
+		// Not update: the lane may have a turn in the pool, and next
+		// would submit a second one.
+		l.sh.mu.Lock()
+		if l.roomGap == id {
+			l.roomGap, l.roomGapEnd = "", nil
+			l.release()
+		}
+		l.sh.mu.Unlock()
+	})
+}
+
+// closeRoomGap ends the lane's room gap, if it has one. The shard's mutex must be
+// held.
+func (l *lane) closeRoomGap() {
+	if l.roomGap == "" {
+		return
+	}
+	l.r.clock.stop(l.roomGapEnd)
+	l.roomGap, l.roomGapEnd = "", nil
 }

@@ -3,8 +3,6 @@ package subscriber
 import (
 	"sync/atomic"
 	"time"
-
-	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // room keeps one key's backlog from using up the official client's flow
@@ -97,110 +95,10 @@ func (rm *room) admit(l *lane, j *job, now time.Time) bool {
 	return l.queue.Len() < rm.perKey || !rm.pressed(j.size) || !l.stuck(now)
 }
 
-// take counts j, which is queued, and starts the watch if the window is
-// now half full.
-func (r *receiver) take(j *job) {
-	rm := &r.room
-	j.counted = true
-	rm.msgs.Add(1)
-	rm.bytes.Add(j.size)
-	if rm.pressed(0) && rm.watching.CompareAndSwap(false, true) {
-		rm.watch.Store(r.clock.after(roomCheck, r.checkRoom))
-	}
-}
-
 // give uncounts j, which is settled.
 func (rm *room) give(j *job) {
 	if j.counted {
 		rm.msgs.Add(-1)
 		rm.bytes.Add(-j.size)
 	}
-}
-
-// checkRoom is the watch: it nacks the queued deliveries past the backlog
-// of every stuck key, and looks again after roomCheck while the window is
-// still half full.
-func (r *receiver) checkRoom() {
-	rm := &r.room
-	if r.stopped() {
-		return
-	}
-	now := time.Now()
-	var fx effects
-	r.lanes.each(func(l *lane) { l.shed(now, &fx) })
-	for _, s := range fx.settle {
-		r.settle(s.j, s.out)
-	}
-	if rm.pressed(0) {
-		rm.watch.Store(r.clock.after(roomCheck, r.checkRoom))
-		return
-	}
-	rm.watching.Store(false)
-	if rm.pressed(0) && rm.watching.CompareAndSwap(false, true) { // it filled again meanwhile
-		rm.watch.Store(r.clock.after(roomCheck, r.checkRoom))
-	}
-}
-
-// stopWatch stops the watch at shutdown.
-func (r *receiver) stopWatch() {
-	if t := r.room.watch.Load(); t != nil {
-		r.clock.stop(t)
-	}
-}
-
-// stuck reports whether l's backlog is not draining: its oldest message is
-// failing, or the backlog would take more than drainLimit at its pace. The
-// shard's mutex must be held.
-func (l *lane) stuck(now time.Time) bool {
-	if l.trouble != nil {
-		return true
-	}
-	per := l.pace
-	if l.running != nil {
-		per = max(per, now.Sub(l.busySince))
-	}
-	return time.Duration(l.queue.Len())*per > drainLimit
-}
-
-// shed nacks l's queued deliveries past the backlog if l is stuck. The
-// shard's mutex must be held.
-func (l *lane) shed(now time.Time, fx *effects) {
-	if l.queue.Len() <= l.r.room.perKey || !l.stuck(now) {
-		return
-	}
-	tail := l.queue.Truncate(l.r.room.perKey, nil)
-	l.openRoomGap(tail[0].d.ID) // the oldest nacked comes back first
-	for _, j := range tail {
-		fx.add(j, engine.Room)
-	}
-}
-
-// openRoomGap nacks id for room: the key's later deliveries are nacked until
-// it comes back (S10). The shard's mutex must be held.
-func (l *lane) openRoomGap(id string) {
-	if l.roomGap == id {
-		return
-	}
-	l.closeRoomGap()
-	l.roomGap = id
-	l.roomGapEnd = l.r.clock.after(l.r.cfg.redeliveryWait, func() {
-		// Not update: the lane may have a turn in the pool, and next
-		// would submit a second one.
-		l.sh.mu.Lock()
-		if l.roomGap == id {
-			l.roomGap, l.roomGapEnd = "", nil
-			l.release()
-		}
-		l.sh.mu.Unlock()
-	})
-}
-
-// closeRoomGap ends the lane's room gap, if it has one. The shard's mutex must be
-// held.
-func (l *lane) closeRoomGap() {
-	if l.roomGap == "" {
-		return
-	}
-	l.r.clock.stop(l.roomGapEnd)
-	l.roomGap, l.roomGapEnd = "", nil
 }

@@ -340,10 +340,3 @@ func (o *recorder) sequenceRerun(ctx context.Context, key, producer string, seq 
 		slog.String("key", key), slog.String("producer", producer), slog.String("seq", ordering.FormatSeq(seq)),
 		slog.String("message_id", id))
 }
-
-// gauges is the survey of the running Receive the gauges report.
-func (r *receiver) gauges() (held, queued int, oldest time.Duration) {
-	var st Stats
-	r.survey(&st, time.Now(), false)
-	return len(st.Held), st.Queued, st.OldestAge
-}

@@ -2,7 +2,9 @@ package subscriber
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/keyorder/keyorder/ordering"
 	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/subscriber/internal/barrier"
 	"github.com/keyorder/keyorder/subscriber/internal/controllog"
@@ -30,11 +33,13 @@ import (
 // forward, a release's claim, progress, stop and unpark) and reads their
 // verdicts, its view of the parked keys, and its markers' round trips.
 // This file holds the Receive's part, the parking component, and the
-// topics it needs; lane_park.go the hooks the lanes call and the flights
-// that move a key's deliveries to the parking topic; park_barrier.go the
-// barrier's markers, which go through the log (internal/barrier is the
-// barrier itself); and park_release.go Parked
-// and Release, and park_request.go the release requests Receives carry out.
+// topics it needs, and the component's methods that park a key: the hooks
+// the lanes and push call and the moves of a key's deliveries to the
+// parking topic (lane_park.go holds the lanes' side, the flights);
+// park_release.go holds the methods that run it: its loop and its stop,
+// the barrier's markers, which go through the log (internal/barrier is the
+// barrier itself), releases and the release requests Receives carry out,
+// beside Parked and Release; park_request.go holds RequestRelease.
 //
 // A lane's deliveries go through the parking component in three places:
 //   - accept: a delivery of a key the lane was not holding anything of
@@ -202,72 +207,215 @@ func startParking(ctx context.Context, r *receiver) (context.Context, error) {
 	p.fail = cancel
 	r.park = p
 	go p.run()
-	p.startRequests() // park_request.go
+	p.startRequests() // park_release.go
 	return rctx, nil
 }
 
-// run is the parking component's loop: it sends the barrier's markers
-// when lanes wait for one, and fails the Receive if the control log stops
-// being followed.
-func (p *parking) run() {
-	defer close(p.loopDone)
-	gone := p.log.Gone()
-	refresh := time.NewTimer(time.Hour)
-	refresh.Stop()
-	defer refresh.Stop()
-	for {
-		select {
-		case <-p.stopLoop:
-			return
-		case <-gone:
-			p.fail(fmt.Errorf("keyorder/subscriber: following the parking control log: %w", p.log.Err()))
-			<-p.stopLoop
-			return
-		case <-p.b.Kick():
-		case <-refresh.C:
-		}
-		p.barrierRound()
-		if d, ok := p.b.NextRefresh(time.Now()); ok {
-			refresh.Reset(d)
-		}
+// accept is called for j, a new keyed delivery on l, before the lane's
+// other rules: a delivery that arrives at a lane holding nothing of its
+// key waits for the barrier. The shard's mutex must be held.
+func (p *parking) accept(l *lane) {
+	if pk := &l.pk; !pk.flight && l.running == nil && l.retry == nil && l.queue.Len() == 0 {
+		// Nothing of the key here: another process may have had it, and
+		// parked it, before the service sent j. A fence taken for an
+		// earlier delivery that did not stay (one nacked for room) is
+		// too early for j; none is needed while the view is fresh.
+		pk.fence = p.b.Arrived(time.Now())
 	}
 }
 
-// shutdown ends what parking does for a stopping Receive: releases stop
-// before their next message, and flights land. Both get what is left of
-// the drain timeout, which the handlers had too; then handlers are
-// cancelled and the flights' waits given up, their deliveries nacked.
-func (p *parking) shutdown() {
-	drained, timedOut := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(timedOut)
-		t := time.NewTimer(time.Until(p.r.ending.drainEnd(p.r.cfg.drainTimeout)))
-		defer t.Stop()
-		select {
-		case <-t.C:
-			p.r.cancelHandlers()
-			p.cancelOps()
-		case <-drained:
-		}
-	}()
-	p.rel.close()
-	p.flights.Wait()
-	close(drained)
-	<-timedOut
+// releasedLately reports whether the message id ran in the release of a
+// park that has ended, within the last hour: the service may send it
+// again after a lost ack, and it must not run twice (S6 across
+// processes).
+func (p *parking) releasedLately(id string) bool {
+	return p.log.View().Released(id)
 }
 
-// stop stops the parking component once the official Receive has
-// returned, and returns err, or why the control log could no longer be
-// followed. It waits for the server until the shutdown's time is up
-// (ShutdownBound).
-func (p *parking) stop(err error) error {
-	close(p.stopLoop)
-	p.cancelOps() // a marker on its way is not waited for
-	<-p.loopDone
-	late := p.r.ending.deadline()
-	if ferr := p.log.Shutdown(late); ferr != nil && err == nil && late.Err() == nil {
-		err = fmt.Errorf("keyorder/subscriber: following the parking control log: %w", ferr)
+// divert is called by next for a lane with queued deliveries and nothing
+// running: it holds them for the barrier, or sends them on a flight to
+// the parking topic, and reports whether it did. The shard's mutex must be
+// held.
+func (p *parking) divert(l *lane) bool {
+	pk := &l.pk
+	if l.key == "" {
+		return false
 	}
-	_ = p.out.Close(late)
-	return err
+	park := p.log.View().ParkID(l.key)
+	if park == "" && pk.failed == nil {
+		if pk.fence != 0 {
+			if p.b.Wait(pk.fence, l.unfence) {
+				pk.waiting, l.active = true, true
+				return true
+			}
+			pk.fence = 0
+		}
+		return false
+	}
+	// A flight needs no barrier: the log's verdict on it comes after every
+	// event published before it, so if it is refused, the view is up to
+	// date when its deliveries go back to run.
+	pk.fence = 0
+	fl := &flight{p: p, l: l, park: park, cause: pk.failed}
+	for j, ok := l.queue.Pop(); ok; j, ok = l.queue.Pop() {
+		fl.jobs = append(fl.jobs, j)
+	}
+	pk.flight, l.active = true, true
+	p.flights.Add(1)
+	go fl.fly()
+	return true
+}
+
+// park is the failure policy with parking: j, which failed for good with
+// err, goes back to the head of its lane, and the lane's next flight parks
+// the key. The shard's mutex must be held.
+func (p *parking) park(l *lane, j *job, err error) {
+	l.pk.failed = causeOf(j, err)
+	l.putBack(j)
+}
+
+// move moves jobs, deliveries of key, to the parking topic: it parks the
+// key first if park is "" (cause says why), publishes their copies, in
+// order, records them under the park, and waits for the park to ripen. It
+// reports whether they are parked, and so may be acked, and whether this
+// call parked the key. It reports false with a nil error when the log
+// refused them (the key was released meanwhile, or its new park ended at
+// once): they are then to run, or move again, as the view now says.
+func (p *parking) move(ctx context.Context, key string, jobs []*job, park string, cause *parkCause) (parked, parkedIt bool, err error) {
+	if cause != nil && park == "" {
+		v, err := p.log.Record(ctx, controllog.Event{Kind: controllog.Park, Key: key, Msg: cause.id, Err: cause.err})
+		if err != nil {
+			return false, false, err
+		}
+		if park = v.ParkID; park == "" {
+			return false, false, nil
+		}
+		parkedIt = v.Applied
+	}
+	results := make([]*publisher.Result, len(jobs))
+	for i, j := range jobs {
+		results[i] = p.out.Publish(ctx, p.copyOf(j, park, cause), publisher.WithOrderingKey(key))
+	}
+	ids := make([]string, len(jobs))
+	for i, res := range results {
+		if _, err := res.Get(ctx); err != nil {
+			return false, parkedIt, err
+		}
+		ids[i] = jobs[i].d.ID
+	}
+	// The copies are stored before the log says they are parked: a
+	// release never waits for a copy that does not exist.
+	v, err := p.log.Record(ctx, controllog.Event{Kind: controllog.Forward, Key: key, ParkID: park, IDs: ids})
+	if err != nil || !v.Applied {
+		return false, parkedIt, err
+	}
+	if err := p.ripen(ctx, key); err != nil {
+		return false, parkedIt, err
+	}
+	return true, parkedIt, nil
+}
+
+// ripen waits, before what was parked of key is acked, until the park is
+// the parking wait old by this process's clock, from when it learned of
+// it: only then may the key's next message go to another process, whose
+// view is then sure to hold the park (internal/barrier). It returns
+// ctx.Err() if ctx ends first; the flight's deliveries are then not acked.
+func (p *parking) ripen(ctx context.Context, key string) error {
+	seen := p.log.View().Seen(key)
+	if seen.IsZero() {
+		seen = time.Now() // unparked meanwhile: wait the whole bound
+	}
+	wait := p.b.Window() - time.Since(seen)
+	if wait <= 0 {
+		return nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// copyOf is the parking topic's copy of j's message, parked under park;
+// cause is why the key parked, if it did with this move.
+func (p *parking) copyOf(j *job, park string, cause *parkCause) *publisher.Message {
+	m := j.msg
+	headers := make(map[string]string, len(m.Attributes)+6+ordering.StampAttributes)
+	for k, v := range m.Attributes {
+		if k != ordering.Header { // the key travels as the ordering key (P2)
+			headers[k] = v
+		}
+	}
+	// The original's stamp, which Delivery took out of the attributes:
+	// the released message is the same message of the same producer, and
+	// a store that applies it once (examples/inbox) must know it.
+	if j.d.Seq != 0 {
+		ordering.Stamp{Producer: j.d.Producer, Seq: j.d.Seq}.Put(headers)
+		if j.stamp.sig != "" { // for the release to verify it again (stampkey.go)
+			headers[ordering.SignatureAttribute] = j.stamp.sig
+		}
+	}
+	headers[AttrParkID] = park
+	headers[AttrMessageID] = j.d.ID
+	// The rest as room allows: the service takes 100 attributes.
+	extra := [][2]string{
+		{AttrSubscription, p.r.s.name},
+		{AttrPublishTime, m.PublishTime.UTC().Format(time.RFC3339Nano)},
+		{AttrAttempts, "0"},
+	}
+	if c := cause; c != nil && c.id == j.d.ID {
+		extra[2][1] = strconv.Itoa(c.attempt)
+		extra = append(extra, [2]string{AttrError, truncateUTF8(c.err, publisher.MaxAttributeValueBytes)})
+	}
+	for _, kv := range extra {
+		if len(headers) < publisher.MaxAttributes {
+			headers[kv[0]] = kv[1]
+		}
+	}
+	return &publisher.Message{Data: m.Data, Headers: headers}
+}
+
+// told tells the WithKeyEvents callback, and the log, that key was parked
+// or unparked, cause being the message that parked it.
+func (p *parking) told(kind KeyEventKind, key string, cause *parkCause, since time.Time, reason string) {
+	if p.r == nil {
+		return
+	}
+	k := HeldKey{Key: key, MessageID: cause.id, Since: since, Attempt: cause.attempt}
+	if cause.err != "" {
+		k.Err = errors.New(cause.err)
+	}
+	p.r.emit(KeyEvent{Kind: kind, HeldKey: k, Reason: reason, At: time.Now()})
+}
+
+// divertPush is steps 1 and 2 above, for j, a push of a keyed message: it
+// reports whether j was parked, and so is to be acked, or, with an error,
+// that it could not be told.
+func (p *parking) divertPush(ctx context.Context, j *job) (bool, error) {
+	if fence := p.b.Arrived(time.Now()); fence != 0 {
+		if err := p.syncTo(ctx, fence); err != nil {
+			return false, err
+		}
+	}
+	park := p.log.View().ParkID(j.d.Key)
+	if park == "" {
+		return false, nil
+	}
+	parked, _, err := p.move(ctx, j.d.Key, []*job{j}, park, nil)
+	return parked, err
+}
+
+// parkPush is step 3's end: j, a push that failed for good, parks its key.
+// It reports whether j was parked, and so is to be acked, and the cause
+// to tell of if this call parked the key.
+func (p *parking) parkPush(ctx context.Context, j *job, err error) (bool, *parkCause, error) {
+	cause := causeOf(j, err)
+	parked, parkedIt, merr := p.move(ctx, j.d.Key, []*job{j}, "", cause)
+	if !parkedIt {
+		cause = nil
+	}
+	return parked, cause, merr
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
 	"sync"
 	"time"
 
@@ -244,4 +243,201 @@ func (p *parking) claimAndRun(ctx context.Context, key string, asked time.Time) 
 // the request made at asked.
 func stillAsked(pending *controllog.PendingRelease, asked time.Time) bool {
 	return pending != nil && pending.Requested.Equal(asked)
+}
+
+// sync waits until the control log has applied every event published
+// before the call, or returns ctx.Err(): it waits for the barrier's next
+// marker, which it shares with the lanes.
+func (p *parking) sync(ctx context.Context) error {
+	return p.syncTo(ctx, p.b.Want())
+}
+
+// syncTo waits until marker fence has come back, or returns ctx.Err(), or
+// ErrNotReceiving once the Receive stops.
+func (p *parking) syncTo(ctx context.Context, fence uint64) error {
+	select {
+	case <-p.b.Await(fence):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-p.r.stopping:
+		return ErrNotReceiving
+	}
+}
+
+// barrierRound runs a round of the barrier's markers, each sent through
+// the control log, again after a backoff if the publish fails (at once if
+// it failed as another's tail: controlRetry). Run by the parking loop.
+func (p *parking) barrierRound() {
+	p.b.Round(func() bool {
+		for tries := 0; ; {
+			err := p.log.Sync(p.ops)
+			if err == nil {
+				return true
+			}
+			var wait time.Duration
+			wait, tries = p.r.controlRetry(tries, err)
+			select {
+			case <-p.stopLoop:
+				return false
+			case <-p.ops.Done():
+				return false
+			case <-time.After(wait):
+			}
+		}
+	})
+}
+
+// startRequests starts the Receive's watch of release requests, counted in
+// p.rel with the releases it runs, so that the shutdown waits for them
+// (S7). Called by startParking, before anything else runs.
+func (p *parking) startRequests() {
+	p.rel.ended() // the channel exists before any release can end
+	p.rel.wg.Add(1)
+	go p.serveRequests()
+}
+
+// serveRequests carries out the release requests the control log holds
+// until the Receive stops: it looks at them whenever the log moves, a
+// release here ends (a run of its own, or a Release, which may leave a
+// request it kept from being claimed), or a claim it waits for may have
+// lapsed.
+func (p *parking) serveRequests() {
+	defer p.rel.wg.Done()
+	rt := &requestRuns{}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		changed := p.log.Changes()
+		next, ok := p.claimRequests(rt)
+		if !ok {
+			return
+		}
+		if !next.IsZero() {
+			timer.Reset(time.Until(next))
+		}
+		select {
+		case <-p.r.stopping:
+			return
+		case <-changed:
+		case <-p.rel.ended():
+		case <-timer.C:
+		}
+	}
+}
+
+// claimRequests starts a release for each pending request that nobody
+// releases and this Receive may try now, and returns when to look again
+// for the others, zero for when the log moves; false once the Receive
+// stops.
+//
+// What it sees may lag behind what this Receive wrote: a run here that
+// has just ended published its stop, which may end the request, before
+// the log applied it. So a run syncs with the log, and looks at the
+// request again, before it claims.
+func (p *parking) claimRequests(rt *requestRuns) (next time.Time, ok bool) {
+	pending := p.log.PendingReleases()
+	rt.forgetBut(pending)
+	claim, next := controllog.Claimable(pending, p.log.ID(), releaseLease, time.Now(), rt.after)
+	for _, pr := range claim {
+		switch err := p.rel.enter(pr.Key); {
+		case errors.Is(err, ErrNotReceiving):
+			return time.Time{}, false
+		case err != nil:
+			continue // a release of the key runs here already; its end wakes the watch
+		}
+		go p.carryOut(pr, rt)
+	}
+	return next, true
+}
+
+// carryOut runs the release pr asks for, entered in p.rel, and records
+// its end in rt.
+//
+// The release runs user code, the handler and the WithKeyEvents callback,
+// so what it leaves is cleaned up in a deferred call: a callback that
+// exits the goroutine leaves the key unmarked, the wait group released
+// and the watch woken, the run counting as one to try again.
+func (p *parking) carryOut(pr controllog.PendingRelease, rt *requestRuns) {
+	err := errHandlerExitedRelease
+	defer func() {
+		over := errors.Is(err, ErrParkedAgain) || errors.Is(err, ErrNotParked) || errors.Is(err, ErrNotReceiving) || errors.Is(err, errRequestEnded)
+		retry := err != nil && !over && !skippedTail(err) // a skipped claim goes again at once
+		rt.ended(pr.Key, retry, p.r.backoff)
+		p.rel.exit(pr.Key) // wakes the watch
+		if err != nil && !errors.Is(err, ErrNotReceiving) && !errors.Is(err, ErrNotParked) && !errors.Is(err, ErrReleasing) && !errors.Is(err, errRequestEnded) && !skippedTail(err) {
+			// ErrReleasing: another Receive won the claim, or took over.
+			p.r.obs.releaseRequestFailed(pr.Key, pr.Requester, err, retry)
+		}
+	}()
+	err = p.sync(p.ops)
+	if err == nil && stillAsked(p.log.Pending(pr.Key, pr.ParkID), pr.Requested) {
+		err = p.claimAndRun(p.ops, pr.Key, pr.Requested)
+	}
+}
+
+// run is the parking component's loop: it sends the barrier's markers
+// when lanes wait for one, and fails the Receive if the control log stops
+// being followed.
+func (p *parking) run() {
+	defer close(p.loopDone)
+	gone := p.log.Gone()
+	refresh := time.NewTimer(time.Hour)
+	refresh.Stop()
+	defer refresh.Stop()
+	for {
+		select {
+		case <-p.stopLoop:
+			return
+		case <-gone:
+			p.fail(fmt.Errorf("keyorder/subscriber: following the parking control log: %w", p.log.Err()))
+			<-p.stopLoop
+			return
+		case <-p.b.Kick():
+		case <-refresh.C:
+		}
+		p.barrierRound()
+		if d, ok := p.b.NextRefresh(time.Now()); ok {
+			refresh.Reset(d)
+		}
+	}
+}
+
+// shutdown ends what parking does for a stopping Receive: releases stop
+// before their next message, and flights land. Both get what is left of
+// the drain timeout, which the handlers had too; then handlers are
+// cancelled and the flights' waits given up, their deliveries nacked.
+func (p *parking) shutdown() {
+	drained, timedOut := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(timedOut)
+		t := time.NewTimer(time.Until(p.r.ending.drainEnd(p.r.cfg.drainTimeout)))
+		defer t.Stop()
+		select {
+		case <-t.C:
+			p.r.cancelHandlers()
+			p.cancelOps()
+		case <-drained:
+		}
+	}()
+	p.rel.close()
+	p.flights.Wait()
+	close(drained)
+	<-timedOut
+}
+
+// stop stops the parking component once the official Receive has
+// returned, and returns err, or why the control log could no longer be
+// followed. It waits for the server until the shutdown's time is up
+// (ShutdownBound).
+func (p *parking) stop(err error) error {
+	close(p.stopLoop)
+	p.cancelOps() // a marker on its way is not waited for
+	<-p.loopDone
+	late := p.r.ending.deadline()
+	if ferr := p.log.Shutdown(late); ferr != nil && err == nil && late.Err() == nil {
+		err = fmt.Errorf("keyorder/subscriber: following the parking control log: %w", ferr)
+	}
+	_ = p.out.Close(late)
+	return err
 }

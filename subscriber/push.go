@@ -149,7 +149,7 @@ type pushEndpoint struct {
 	// runs a key's pushes one at a time.
 	parking *pushParking
 	keys    keyGate
-	hints   pushHints // push_hint.go
+	hints   pushHints
 
 	// calls counts the requests at work; a request joins it under mu
 	// unless closed is set, which close sets under mu before it waits.
@@ -281,7 +281,7 @@ func (e *pushEndpoint) enter() bool {
 }
 
 // call runs j through the call path on a goroutine of its own, the key's
-// lane showing it running meanwhile (lane_push.go), and returns the
+// lane showing it running meanwhile (lane.pushed), and returns the
 // verdict. The handler's context ends with the request, as the service
 // stops waiting for the answer then, or with the door's drain.
 func (e *pushEndpoint) call(ctx context.Context, j *job) verdict {
@@ -400,4 +400,37 @@ func (e *pushEndpoint) authorize(req *http.Request) (int, error) {
 		return 0, nil // accepted when made, with WithUnauthenticatedPush
 	}
 	return e.tokens.check(req, s.push.email, s.push.audience)
+}
+
+// pushHints logs, once each per endpoint, what a push request tells of a
+// server that does not push as the service does, so that an endpoint that
+// answers 401 to everything, or runs keys unordered, says why. Google's
+// emulator, for one, sends neither a token nor the ordering key.
+type pushHints struct {
+	token, key sync.Once
+}
+
+// hintToken logs a hint, the first time, when req carries no token and
+// the endpoint needs one (WithPushAuth).
+func (d *pushEndpoint) hintToken(req *http.Request) {
+	if d.r.s.push.email == "" || req.Header.Get("Authorization") != "" {
+		return
+	}
+	d.hints.token.Do(func() {
+		d.r.obs.log.Warn("keyorder/subscriber: a push request carries no token; every such request is refused 401",
+			"hint", "the server does not sign its pushes (Google's emulator does not): on it, make the subscription with WithUnauthenticatedPush; on Pub/Sub, give the push subscription the service account of WithPushAuth")
+	})
+}
+
+// hintKey logs a hint, the first time, when a push to an ordered
+// subscription carries no ordering key.
+func (d *pushEndpoint) hintKey(m *pubsub.Message) {
+	if !d.r.s.ordered || m.OrderingKey != "" {
+		return
+	}
+	d.hints.key.Do(func() {
+		d.r.obs.log.Info("keyorder/subscriber: a push to an ordered subscription carries no ordering key; it runs unordered",
+			"message_id", m.ID,
+			"hint", "if it was published with one, the server does not push ordering keys (Google's emulator does not), and keys cannot be kept in order through it")
+	})
 }

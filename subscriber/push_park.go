@@ -142,35 +142,6 @@ func (pp *pushParking) close() {
 
 var errParkingLost = errors.New("keyorder/subscriber: the parking control log is no longer followed")
 
-// divertPush is steps 1 and 2 above, for j, a push of a keyed message: it
-// reports whether j was parked, and so is to be acked, or, with an error,
-// that it could not be told.
-func (p *parking) divertPush(ctx context.Context, j *job) (bool, error) {
-	if fence := p.b.Arrived(time.Now()); fence != 0 {
-		if err := p.syncTo(ctx, fence); err != nil {
-			return false, err
-		}
-	}
-	park := p.log.View().ParkID(j.d.Key)
-	if park == "" {
-		return false, nil
-	}
-	parked, _, err := p.move(ctx, j.d.Key, []*job{j}, park, nil)
-	return parked, err
-}
-
-// parkPush is step 3's end: j, a push that failed for good, parks its key.
-// It reports whether j was parked, and so is to be acked, and the cause
-// to tell of if this call parked the key.
-func (p *parking) parkPush(ctx context.Context, j *job, err error) (bool, *parkCause, error) {
-	cause := causeOf(j, err)
-	parked, parkedIt, merr := p.move(ctx, j.d.Key, []*job{j}, "", cause)
-	if !parkedIt {
-		cause = nil
-	}
-	return parked, cause, merr
-}
-
 // keyGate runs the pushes of one key one at a time. The service keeps one
 // message of a key outstanding, but a push whose answer came too late is
 // pushed again while its first call may still run; the second waits for

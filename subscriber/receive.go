@@ -8,6 +8,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 
+	"github.com/keyorder/keyorder/ordering"
 	"github.com/keyorder/keyorder/subscriber/internal/engine"
 	"github.com/keyorder/keyorder/subscriber/internal/seqwindow"
 	"github.com/keyorder/keyorder/workers"
@@ -315,4 +316,148 @@ func (r *receiver) stopped() bool {
 // back.
 func (r *receiver) idle() bool {
 	return r.room.msgs.Load() == 0 && r.lanes.idle()
+}
+
+// shutdown stops the receiver (S7): deliveries queued or waiting for a
+// retry are held for the official client's nack, running handlers finish
+// within the drain timeout and are then cancelled, and every goroutine the
+// receiver started exits.
+func (r *receiver) shutdown() {
+	r.ending.begin(r.cfg.drainTimeout)
+	close(r.stopping)
+	r.stopWatch()
+	// Take what waits in the lanes. A lane with a turn in the pool is
+	// settled by the turn's Drop below; one with a handler running, when
+	// the handler returns.
+	var fx effects
+	r.lanes.each(func(l *lane) { l.drain(&fx, engine.Shutdown) })
+	for _, s := range fx.settle {
+		r.settle(s.j, s.out)
+	}
+	drain, cancel := context.WithDeadline(context.Background(), r.ending.drainEnd(r.cfg.drainTimeout))
+	if r.pool.Stop(drain) != nil {
+		r.cancelHandlers()
+		_ = r.pool.Stop(context.Background())
+	}
+	cancel()
+	r.clock.wg.Wait()
+	r.obs.close()
+	if r.park != nil {
+		r.park.shutdown()
+	}
+}
+
+// flushAcks waits until the acks handed to the official client have been
+// sent, before its streams close: on an exactly-once subscription, until
+// the service has answered them (within the shutdown's time); otherwise
+// until ackFlush has passed since the last one.
+func (r *receiver) flushAcks() {
+	if r.confirm != nil {
+		r.confirm.flush(r.ending.left())
+		return
+	}
+	since := time.Since(r.ending.born) - time.Duration(r.ending.lastAck.Load())
+	if r.ending.lastAck.Load() == 0 || since >= ackFlush {
+		return
+	}
+	t := time.NewTimer(ackFlush - since)
+	defer t.Stop()
+	<-t.C
+}
+
+// nackLeftovers nacks the deliveries held for the official client's nack,
+// once it has returned: it has nacked them on the service already, and
+// this keeps its books.
+func (r *receiver) nackLeftovers() {
+	e := &r.ending
+	e.mu.Lock()
+	e.closed = true
+	held, cut := e.held, e.cut
+	e.held = nil
+	e.mu.Unlock()
+	nack := func() {
+		for _, m := range held {
+			m.Nack()
+		}
+	}
+	if cut {
+		// The official client nacks under a lock it holds for its own
+		// nack request, up to nackTimeout: these wait for it apart.
+		go nack()
+		return
+	}
+	nack()
+}
+
+// awaitPull waits for the official Receive, which the shutdown has
+// cancelled, to return, and returns its error; it gives up when the
+// shutdown's time is up (see ShutdownBound), and returns nil then.
+func (r *receiver) awaitPull(pulled <-chan error) error {
+	select {
+	case err := <-pulled:
+		return err
+	case <-r.ending.deadline().Done():
+		r.obs.shutdownCut()
+		r.ending.mu.Lock()
+		r.ending.cut = true
+		r.ending.mu.Unlock()
+		return nil
+	}
+}
+
+// arrived makes the job of m, delivered by the service to Receive or to
+// the push endpoint, and counts and logs a stamp it refused.
+func (r *receiver) arrived(ctx context.Context, m *pubsub.Message) *job {
+	j := newJob(ctx, m, r.cfg.stampKeys)
+	if j.stamp.err != nil {
+		r.unverified(j)
+	}
+	return j
+}
+
+// checkReleased verifies the stamp of j, a parked copy m about to run in
+// a release: its Delivery was read from m's attributes, which still hold
+// the signature. A stamp that does not verify leaves j unstamped.
+func (r *receiver) checkReleased(j *job, m *pubsub.Message) {
+	if j.d.Seq == 0 {
+		return
+	}
+	j.stamp.sig = m.Attributes[ordering.SignatureAttribute]
+	k := r.cfg.stampKeys
+	if k == nil {
+		return
+	}
+	st := ordering.Stamp{Producer: j.d.Producer, Seq: j.d.Seq}
+	if err := k.Verify(m.Attributes, j.d.Key, st, j.d.Data); err != nil {
+		j.d.Producer, j.d.Seq = "", 0
+		j.stamp = stampNote{refused: st, err: err}
+		r.unverified(j)
+	}
+}
+
+// unverified counts and logs j, whose stamp's signature failed.
+func (r *receiver) unverified(j *job) {
+	r.s.counts.unverified.Add(1)
+	r.obs.stampUnverified(j.ctxOr(), j.d.Key, j.stamp.refused, j.d.ID, j.stamp.err)
+}
+
+// ack acks the newest delivery of j's message: on an exactly-once
+// subscription, with its answer watched; ran says the handler ran for it.
+func (r *receiver) ack(j *job, ran bool) {
+	if r.confirm != nil {
+		p := pendingAck{id: j.d.ID, ran: ran}
+		if r.sequenced(j) {
+			p.key, p.stamp = j.d.Key, ordering.Stamp{Producer: j.d.Producer, Seq: j.d.Seq}
+		}
+		r.confirm.ack(p, j.msg)
+		return
+	}
+	j.msg.Ack()
+}
+
+// gauges is the survey of the running Receive the gauges report.
+func (r *receiver) gauges() (held, queued int, oldest time.Duration) {
+	var st Stats
+	r.survey(&st, time.Now(), false)
+	return len(st.Held), st.Queued, st.OldestAge
 }

@@ -12,7 +12,8 @@ import (
 // ([ordering.Stamp]): its ID, and the message's number in its sequence for
 // the key, which counts from 1 and never reuses a number. The window that
 // remembers them is a package of its own, internal/seqwindow; this file
-// holds the Receive's part.
+// holds the Receive's types and helpers, and call.go the checks
+// (checkSequence).
 //
 // The service delivers a key's messages in publish order (on an ordered
 // subscription), and a lane runs them one at a time in that order, so for
@@ -134,66 +135,6 @@ func (g Gap) String() string {
 		g.Key, g.Producer, missing, ordering.FormatSeq(g.Seq), g.MessageID)
 }
 
-// sequenced reports whether j's stamp is checked in this Receive.
-func (r *receiver) sequenced(j *job) bool {
-	return r.seqs != nil && r.s.ordered && j.d.Key != "" && j.d.Seq != 0
-}
-
-// checkSequence is the sequence check of j, just before the handler call:
-// it reports whether j is a copy of a message processed already, and
-// returns the gap before it, newly found, for the call path to report to
-// the WithGapHandler callback once j is settled. It counts and logs both,
-// and a number that may run a second time, since a bound of the window
-// forgot it (S12).
-func (r *receiver) checkSequence(j *job, now time.Time) (bool, *Gap) {
-	if !r.sequenced(j) {
-		return false, nil
-	}
-	d := &j.d
-	res, first := r.seqs.CheckFirst(d.Key, ordering.Stamp{Producer: d.Producer, Seq: d.Seq}, d.ID, j.redriven, now)
-	ctx := handlerContext{Context: j.ctx, life: r.handlerCtx}
-	if res.Copy && r.cfg.dedupWindow > 0 {
-		r.s.counts.duplicates.Add(1)
-		r.obs.sequenceDuplicate(ctx, res.FirstCopy, d.Key, d.Producer, d.Seq, d.ID)
-		return true, nil
-	}
-	if res.Uncertain {
-		r.s.counts.rerun.Add(1)
-		r.obs.sequenceRerun(ctx, d.Key, d.Producer, d.Seq, d.ID)
-	}
-	start := first && res.GapFrom == 0 && startsLate(d.Seq)
-	if start {
-		// Silence is no start: numbers before this one were never seen
-		// here, and the producer began at 1.
-		epoch, _ := ordering.SplitSeq(d.Seq)
-		res.GapFrom, res.GapTo = ordering.MakeSeq(epoch, 1), d.Seq-1
-	}
-	if res.GapFrom == 0 {
-		return false, nil
-	}
-	g := &Gap{Key: d.Key, Producer: d.Producer, From: res.GapFrom, To: res.GapTo, MessageID: d.ID, Seq: d.Seq}
-	// A gap is certain only where this process held the key's earlier
-	// messages: the service moves a key only when none of its messages
-	// is outstanding, so a key that had nothing here may have been on
-	// another client, however briefly, and its numbers processed there.
-	// A pair new to the window has no earlier messages here; and on a
-	// server that redelivers out of order the numbers may still come.
-	g.Uncertain = first || j.fresh || r.anyOrder
-	if g.Uncertain {
-		r.s.counts.uncertainGaps.Add(1)
-	} else {
-		r.s.counts.gaps.Add(1)
-	}
-	if start {
-		// Counted and logged, not told: WithGapHandler hears of numbers
-		// missing between two this Receive saw.
-		r.obs.sequenceStart(ctx, d.Key, d.Producer, res.GapFrom, res.GapTo)
-		return false, nil
-	}
-	r.obs.sequenceGap(ctx, d.Key, d.Producer, res.GapFrom, res.GapTo, g.Uncertain)
-	return false, g
-}
-
 // startsLate reports whether seq is above the first number of its epoch.
 func startsLate(seq uint64) bool {
 	_, n := ordering.SplitSeq(seq)
@@ -205,21 +146,3 @@ func startsLate(seq uint64) bool {
 // may move to another client and back within a second. Only a test sets
 // it (SetGapQuiet); nothing reads it.
 var gapQuiet = time.Second
-
-// processedStamp records j's stamp as processed, before j is acked, so
-// that a copy that comes after the ack is known.
-func (r *receiver) processedStamp(j *job) {
-	if r.sequenced(j) {
-		r.seqs.Done(j.d.Key, ordering.Stamp{Producer: j.d.Producer, Seq: j.d.Seq}, time.Now())
-	}
-}
-
-// reportGap tells the WithGapHandler callback about g. A panic in the
-// callback is recovered and logged.
-func (r *receiver) reportGap(g Gap) {
-	if r.cfg.onGap == nil {
-		return
-	}
-	defer r.recoverCallback("gap handler")
-	r.cfg.onGap(g)
-}

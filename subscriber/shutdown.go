@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
-
-	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // Shutdown (S7) comes in two phases, so that it never leaves a message
@@ -159,91 +157,4 @@ func (e *ending) hold(j *job) bool {
 	e.held = append(e.held, j.stale...)
 	e.held = append(e.held, j.msg)
 	return true
-}
-
-// shutdown stops the receiver (S7): deliveries queued or waiting for a
-// retry are held for the official client's nack, running handlers finish
-// within the drain timeout and are then cancelled, and every goroutine the
-// receiver started exits.
-func (r *receiver) shutdown() {
-	r.ending.begin(r.cfg.drainTimeout)
-	close(r.stopping)
-	r.stopWatch()
-	// Take what waits in the lanes. A lane with a turn in the pool is
-	// settled by the turn's Drop below; one with a handler running, when
-	// the handler returns.
-	var fx effects
-	r.lanes.each(func(l *lane) { l.drain(&fx, engine.Shutdown) })
-	for _, s := range fx.settle {
-		r.settle(s.j, s.out)
-	}
-	drain, cancel := context.WithDeadline(context.Background(), r.ending.drainEnd(r.cfg.drainTimeout))
-	if r.pool.Stop(drain) != nil {
-		r.cancelHandlers()
-		_ = r.pool.Stop(context.Background())
-	}
-	cancel()
-	r.clock.wg.Wait()
-	r.obs.close()
-	if r.park != nil {
-		r.park.shutdown()
-	}
-}
-
-// flushAcks waits until the acks handed to the official client have been
-// sent, before its streams close: on an exactly-once subscription, until
-// the service has answered them (within the shutdown's time); otherwise
-// until ackFlush has passed since the last one.
-func (r *receiver) flushAcks() {
-	if r.confirm != nil {
-		r.confirm.flush(r.ending.left())
-		return
-	}
-	since := time.Since(r.ending.born) - time.Duration(r.ending.lastAck.Load())
-	if r.ending.lastAck.Load() == 0 || since >= ackFlush {
-		return
-	}
-	t := time.NewTimer(ackFlush - since)
-	defer t.Stop()
-	<-t.C
-}
-
-// nackLeftovers nacks the deliveries held for the official client's nack,
-// once it has returned: it has nacked them on the service already, and
-// this keeps its books.
-func (r *receiver) nackLeftovers() {
-	e := &r.ending
-	e.mu.Lock()
-	e.closed = true
-	held, cut := e.held, e.cut
-	e.held = nil
-	e.mu.Unlock()
-	nack := func() {
-		for _, m := range held {
-			m.Nack()
-		}
-	}
-	if cut {
-		// The official client nacks under a lock it holds for its own
-		// nack request, up to nackTimeout: these wait for it apart.
-		go nack()
-		return
-	}
-	nack()
-}
-
-// awaitPull waits for the official Receive, which the shutdown has
-// cancelled, to return, and returns its error; it gives up when the
-// shutdown's time is up (see ShutdownBound), and returns nil then.
-func (r *receiver) awaitPull(pulled <-chan error) error {
-	select {
-	case err := <-pulled:
-		return err
-	case <-r.ending.deadline().Done():
-		r.obs.shutdownCut()
-		r.ending.mu.Lock()
-		r.ending.cut = true
-		r.ending.mu.Unlock()
-		return nil
-	}
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"cloud.google.com/go/pubsub/v2"
-
 	"github.com/keyorder/keyorder/ordering"
 )
 
@@ -59,7 +57,7 @@ func WithStampKey(keys ...[]byte) Option {
 // A stampNote is what became of a message's stamp as it arrived.
 type stampNote struct {
 	// sig is the signature of the stamp the delivery carries, if it came
-	// with one, so that a parked copy carries it too (lane_park.go).
+	// with one, so that a parked copy carries it too (parking.copyOf).
 	sig string
 	// refused is a well-formed stamp whose signature failed, and why; the
 	// delivery carries no stamp.
@@ -88,42 +86,6 @@ func takeStamp(d *Delivery, headers map[string]string, keys *ordering.StampKeys,
 	}
 	ordering.DeleteStamp(headers)
 	return note
-}
-
-// arrived makes the job of m, delivered by the service to Receive or to
-// the push endpoint, and counts and logs a stamp it refused.
-func (r *receiver) arrived(ctx context.Context, m *pubsub.Message) *job {
-	j := newJob(ctx, m, r.cfg.stampKeys)
-	if j.stamp.err != nil {
-		r.unverified(j)
-	}
-	return j
-}
-
-// checkReleased verifies the stamp of j, a parked copy m about to run in
-// a release: its Delivery was read from m's attributes, which still hold
-// the signature. A stamp that does not verify leaves j unstamped.
-func (r *receiver) checkReleased(j *job, m *pubsub.Message) {
-	if j.d.Seq == 0 {
-		return
-	}
-	j.stamp.sig = m.Attributes[ordering.SignatureAttribute]
-	k := r.cfg.stampKeys
-	if k == nil {
-		return
-	}
-	st := ordering.Stamp{Producer: j.d.Producer, Seq: j.d.Seq}
-	if err := k.Verify(m.Attributes, j.d.Key, st, j.d.Data); err != nil {
-		j.d.Producer, j.d.Seq = "", 0
-		j.stamp = stampNote{refused: st, err: err}
-		r.unverified(j)
-	}
-}
-
-// unverified counts and logs j, whose stamp's signature failed.
-func (r *receiver) unverified(j *job) {
-	r.s.counts.unverified.Add(1)
-	r.obs.stampUnverified(j.ctxOr(), j.d.Key, j.stamp.refused, j.d.ID, j.stamp.err)
 }
 
 // stampUnverified counts a stamp refused for its signature, and logs it at
