@@ -109,8 +109,9 @@ func TestParkingOnAndOff(t *testing.T) {
 // the other with WithParking(t2). Each read finds no label, so a read
 // then a write would let both run, splitting a key's parked messages
 // over two topics; the choice subscription, which only one create can
-// make, picks one instead. In each of 20 rounds exactly one opens it, the other gets ErrInvalidConfig, and the
-// label names the winner's topic.
+// make, picks one instead. In each of 20 rounds exactly one opens it,
+// the other gets ErrInvalidConfig, and the label names the winner's
+// topic.
 func TestParkingChosenOnce(t *testing.T) {
 	t.Parallel()
 	srv, client := harness.Fake(t)
