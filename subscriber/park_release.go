@@ -362,7 +362,12 @@ func (p *parking) carryOut(pr controllog.PendingRelease, rt *requestRuns) {
 	err := errHandlerExitedRelease
 	defer func() {
 		over := errors.Is(err, ErrParkedAgain) || errors.Is(err, ErrNotParked) || errors.Is(err, ErrNotReceiving) || errors.Is(err, errRequestEnded)
-		retry := err != nil && !over && !skippedTail(err) // a skipped claim goes again at once
+		// A claim failed as another event's tail goes again at once; one
+		// refused because the log still showed a releaser (ErrReleasing)
+		// goes again when the log moves and no releaser is left or its
+		// lease lapses, as Claimable tells: a backoff would hold a request
+		// up to WithBackoff's wait after a release that gave up.
+		retry := err != nil && !over && !skippedTail(err) && !errors.Is(err, ErrReleasing)
 		rt.ended(pr.Key, retry, p.r.backoff)
 		p.rel.exit(pr.Key) // wakes the watch
 		if err != nil && !errors.Is(err, ErrNotReceiving) && !errors.Is(err, ErrNotParked) && !errors.Is(err, ErrReleasing) && !errors.Is(err, errRequestEnded) && !skippedTail(err) {
