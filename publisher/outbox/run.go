@@ -13,9 +13,8 @@ import (
 )
 
 // A run is one [Relay.Run]'s state. Its fields are the Run goroutine's
-// alone, except done, on which each waiter sends its batch, deleted, on
-// which the delete under way sends its outcome, and wg, which counts the
-// waiters and the delete.
+// alone, except done, on which each waiter sends its batch, and wg, which
+// counts the waiters.
 //
 // What the run reads rests on one invariant: in a shard the run has held
 // since its last complete pass, an event marked sent (sent > 0) is in
@@ -34,7 +33,7 @@ type run struct {
 
 	pass *pass // the pass under way, nil between passes
 
-	keys         map[string]*chain  // keys with events in flight, or being deleted
+	keys         map[string]*chain  // keys with events in flight
 	inflightRows int                // events in flight, over keys
 	failing      map[string]failure // keys whose last run failed, until one succeeds
 	resume       map[string]bool    // keys whose sent events are to be read again
@@ -46,11 +45,6 @@ type run struct {
 	waitCtx     context.Context
 	stopWaiting context.CancelFunc // ends the waiters' waits at the end of Run
 	wg          sync.WaitGroup
-
-	// Deletes go one at a time, off Run's way: toDelete waits for the one
-	// under way, deleting, which sends its outcome on deleted.
-	toDelete, deleting []*batch
-	deleted            chan error // buffered: one delete at a time
 }
 
 // A pass reads the run's shards from the first key to the last, a page
@@ -85,11 +79,6 @@ type chain struct {
 	// the chain's batches are settled in their order.
 	settleNext int64
 	parked     map[int64]*batch
-	// deleting counts the chain's settled batches whose delete is not
-	// done: the chain stays, so that the key's next events go behind it
-	// and a read does not take the events being deleted for events sent
-	// and not taken.
-	deleting int
 }
 
 // A batch is a run of a key's events handed to the publisher together,
@@ -117,7 +106,7 @@ func newRun(r *Relay) *run {
 	ru := &run{
 		r: r, owned: map[int]bool{}, leaving: map[int]bool{}, fresh: map[int]int{}, seenFree: map[int]bool{},
 		keys: map[string]*chain{}, failing: map[string]failure{}, resume: map[string]bool{}, aside: map[string]failure{},
-		done: make(chan *batch), deleted: make(chan error, 1),
+		done: make(chan *batch),
 	}
 	ru.waitCtx, ru.stopWaiting = context.WithCancel(context.Background())
 	return ru
@@ -570,7 +559,7 @@ func (ru *run) collect(out []*batch, b *batch) []*batch {
 	}
 }
 
-// settle has the events the service took deleted, and keeps the keys that
+// settle deletes the events the service took, and keeps the keys that
 // failed back for a while.
 func (ru *run) settle(ctx context.Context, bs []*batch) {
 	bs = ru.inOrder(bs)
@@ -582,12 +571,23 @@ func (ru *run) settle(ctx context.Context, bs []*batch) {
 	for _, b := range bs {
 		ru.r.rec.settled(b.ok, len(b.results)-b.ok)
 	}
+	if err := ru.delete(ctx, bs); err != nil {
+		// The events stay, marked sent: the keys are read whole again
+		// later, and the events sent again, copies, then deleted.
+		for _, b := range bs {
+			if b.ok > 0 {
+				ru.resume[b.key] = true
+			}
+		}
+		if ctx.Err() == nil {
+			ru.r.rec.dbFailed("delete published events", err)
+		}
+	}
 	now := time.Now()
 	for _, b := range bs {
 		ru.inflightRows -= len(b.results)
 		c := ru.keys[b.key]
 		c.batches--
-		c.deleting++
 		f, was := ru.failing[b.key]
 		switch {
 		case b.err == nil && b.ok > 0 && was && !c.failed:
@@ -605,54 +605,13 @@ func (ru *run) settle(ctx context.Context, bs []*batch) {
 				ru.failing[b.key] = f
 			}
 		}
-	}
-	ru.toDelete = append(ru.toDelete, bs...)
-	ru.startDelete(ctx)
-}
-
-// startDelete starts deleting what the batches waiting took, unless a
-// delete is under way.
-func (ru *run) startDelete(ctx context.Context) {
-	if ru.deleting != nil || len(ru.toDelete) == 0 {
-		return
-	}
-	bs := ru.toDelete
-	ru.deleting, ru.toDelete = bs, nil
-	ru.wg.Add(1)
-	go func() {
-		defer ru.wg.Done()
-		ru.deleted <- ru.delete(ctx, bs)
-	}()
-}
-
-// deleteDone takes the outcome of the delete under way, ends the chains
-// it was the last of, and starts the next delete.
-func (ru *run) deleteDone(ctx context.Context, err error) {
-	bs := ru.deleting
-	ru.deleting = nil
-	if err != nil {
-		// The events stay, marked sent: the keys are read whole again
-		// later, and the events sent again, copies, then deleted.
-		for _, b := range bs {
-			if b.ok > 0 {
-				ru.resume[b.key] = true
-			}
-		}
-		if ctx.Err() == nil {
-			ru.r.rec.dbFailed("delete published events", err)
-		}
-	}
-	for _, b := range bs {
-		c := ru.keys[b.key]
-		c.deleting--
-		if c.batches == 0 && c.deleting == 0 {
+		if c.batches == 0 {
 			delete(ru.keys, b.key)
 			if c.failed {
 				ru.resume[b.key] = true // its failed tail is marked sent
 			}
 		}
 	}
-	ru.startDelete(ctx)
 }
 
 // inOrder returns the batches of bs to settle now, each chain's in their
@@ -752,12 +711,10 @@ func (ru *run) delete(ctx context.Context, bs []*batch) error {
 func (ru *run) drain() {
 	ctx, cancel := context.WithTimeout(context.Background(), ru.r.cfg.drain)
 	defer cancel()
-	for ru.inflightRows > 0 || ru.deleting != nil {
+	for ru.inflightRows > 0 {
 		select {
 		case b := <-ru.done:
 			ru.settle(ctx, ru.collect(nil, b))
-		case err := <-ru.deleted:
-			ru.deleteDone(ctx, err)
 		case <-ctx.Done():
 			ru.giveUp()
 			return
