@@ -566,22 +566,10 @@ func (ru *run) settle(ctx context.Context, bs []*batch) {
 	if len(bs) == 0 {
 		return
 	}
-	// Counted before the delete: whoever sees an event gone sees it
-	// counted.
+	// Counted, and logged, before the delete: whoever sees an event gone
+	// sees it counted, and its key's failure or recovery logged.
 	for _, b := range bs {
 		ru.r.rec.settled(b.ok, len(b.results)-b.ok)
-	}
-	if err := ru.delete(ctx, bs); err != nil {
-		// The events stay, marked sent: the keys are read whole again
-		// later, and the events sent again, copies, then deleted.
-		for _, b := range bs {
-			if b.ok > 0 {
-				ru.resume[b.key] = true
-			}
-		}
-		if ctx.Err() == nil {
-			ru.r.rec.dbFailed("delete published events", err)
-		}
 	}
 	now := time.Now()
 	for _, b := range bs {
@@ -610,6 +598,18 @@ func (ru *run) settle(ctx context.Context, bs []*batch) {
 			if c.failed {
 				ru.resume[b.key] = true // its failed tail is marked sent
 			}
+		}
+	}
+	if err := ru.delete(ctx, bs); err != nil {
+		// The events stay, marked sent: the keys are read whole again
+		// later, and the events sent again, copies, then deleted.
+		for _, b := range bs {
+			if b.ok > 0 {
+				ru.resume[b.key] = true
+			}
+		}
+		if ctx.Err() == nil {
+			ru.r.rec.dbFailed("delete published events", err)
 		}
 	}
 }
