@@ -102,9 +102,10 @@
 //
 // An event costs the writer two statements in its transaction (the
 // counter row and the event's row) and the relay a share of three
-// statements per page of up to [WithBatchSize] events (read, mark,
-// delete, each one statement for all the page's keys) besides the
-// publish. The counter row stays after its events are published, one
+// statements per page of events (read, mark, delete, each one statement
+// for all the page's keys) besides the publish: the first page of a pass
+// takes up to 20 times [WithBatchSize] events, the next ones up to
+// [WithBatchSize]. The counter row stays after its events are published, one
 // small row per key ever written: the numbers must never start again for
 // the same producer. FIGURES.md (Outbox) gives the rates measured beside
 // publishing right after the commit.

@@ -36,9 +36,10 @@ const inflightPerBatch = 20
 
 // WithBatchSize sets how many events a relay reads in one query, across
 // its keys; a read goes on, page after page, while there is room, and the
-// relay keeps at most 20 times as many in flight. A key's events are
-// published behind those of it in flight, so a page's bound holds no key
-// back. The default is 500; n must be 1 to 10,000.
+// relay keeps at most 20 times as many in flight. The first page of a
+// pass takes up to that room, so that a backlog is read in one query. A
+// key's events are published behind those of it in flight, so a page's
+// bound holds no key back. The default is 500; n must be 1 to 10,000.
 func WithBatchSize(n int) RelayOption {
 	return func(c *relayConfig) error {
 		if n < 1 || n > 10_000 {

@@ -14,6 +14,14 @@ import (
 // deletes what the first one took.
 const settleDelay = time.Millisecond
 
+// soonFirst and soonMax are the first and the longest wait of the looks
+// after a wake from Add: a writer's commit follows its Add within a
+// moment, or after the rest of its transaction, however long.
+const (
+	soonFirst = 500 * time.Microsecond
+	soonMax   = 4 * time.Millisecond
+)
+
 // A Relay publishes an [Outbox]'s events through a [publisher.Publisher],
 // key by key in commit order, and deletes each event once the service has
 // taken it. Any number of relays, in any number of processes, may run on
@@ -68,7 +76,8 @@ func (r *Relay) Stats() Stats { return r.rec.stats() }
 // under way, or [publisher.ErrClosed] once it finds its publisher closed.
 //
 // Run reads its shards' pending events in key and number order, a page of
-// [WithBatchSize] at a time while it has room, and publishes each key's
+// [WithBatchSize] at a time while it has room (the first page of a pass,
+// up to its room), and publishes each key's
 // events, in number order, with [publisher.WithOrderingKey]: each behind
 // the one before, [publisher.WithAfter] it, the key's next events behind
 // those in flight, and many keys at once. It reads when woken (by
@@ -121,9 +130,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	// After a wake from Add, whose transaction commits later, the relay
-	// looks 1, 2, 4... ms later, until it finds something to publish or
-	// the poll interval is near; soonStep is 0 when no look is due.
-	soon, soonStep := time.NewTimer(time.Hour), time.Duration(0)
+	// looks 0.5, 1, 2, 4, then every 4 ms, until it finds something to
+	// publish or a poll interval has passed since the last wake; soonStep
+	// is 0 when no look is due.
+	soon, soonStep, lastHint := time.NewTimer(time.Hour), time.Duration(0), time.Time{}
 	soon.Stop()
 	defer soon.Stop()
 	// Results that come in together are settled together, in one
@@ -153,16 +163,17 @@ func (r *Relay) Run(ctx context.Context) error {
 			ru.read(ctx)
 			poll.Reset(r.cfg.poll)
 		case <-hint:
+			lastHint = time.Now()
 			if soonStep == 0 { // else a look is due already
-				soonStep = time.Millisecond
+				soonStep = soonFirst
 				soon.Reset(soonStep)
 			}
 		case <-soon.C:
 			// Until the look finds the commit, or gives up to the poll.
-			if ru.read(ctx) || 2*soonStep >= r.cfg.poll {
+			if ru.read(ctx) || time.Since(lastHint)+soonStep >= r.cfg.poll {
 				soonStep = 0
 			} else {
-				soonStep *= 2
+				soonStep = min(2*soonStep, soonMax)
 				soon.Reset(soonStep)
 			}
 		case _, ok := <-lis.ch:

@@ -21,7 +21,8 @@ type row struct {
 	headers map[string]string // with room for the stamp
 	sent    int64             // sends counted, this one's mark included once marked
 	// first is the lowest number of the key pending when the row was read,
-	// read or not (a run must not start above it); 0 if unknown.
+	// read or not (a run must not start above it), on the key's first row
+	// of a page; 0 on the others, and if unknown.
 	first int64
 	bad   string // why the row cannot be published; "" if it can
 }

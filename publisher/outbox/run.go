@@ -225,27 +225,37 @@ func (ru *run) query(ctx context.Context) ([]row, bool, error) {
 	if len(where) == 0 {
 		return nil, false, nil
 	}
-	// Each row comes with its key's lowest number pending, by the primary
-	// key's index: a read of unsent events only (a steady shard) does not
-	// show the events of a key sent and not taken, and no run may start
-	// above them (runOfKey).
-	q := `SELECT key, seq, shard, data, headers, sent, (SELECT MIN(p.seq) FROM ` + o.t.events + ` p WHERE p.key = e.key) FROM ` +
-		o.t.events + ` e WHERE (` + strings.Join(where, " OR ") + `)`
+	page := `SELECT key, seq, shard, data, headers, sent FROM ` + o.t.events + ` e WHERE (` + strings.Join(where, " OR ") + `)`
 	switch {
 	case p.started && p.keyOnly:
-		q += ` AND key > ?`
+		page += ` AND key > ?`
 		args = append(args, p.key)
 	case p.started:
-		q += ` AND (key, seq) > (?, ?)`
+		page += ` AND (key, seq) > (?, ?)`
 		args = append(args, p.key, p.seq)
 	}
-	q += ` ORDER BY key, seq LIMIT ?`
-	args = append(args, ru.r.cfg.batch)
+	// The first page of a pass takes what the run has room for, so that
+	// a backlog is read in one go and each key's events go out in few
+	// requests; the next pages, a batch each.
+	limit := ru.r.cfg.batch
+	if !p.started {
+		limit = max(limit, ru.r.cfg.inflight-ru.inflightRows)
+	}
+	page += ` ORDER BY key, seq LIMIT ?`
+	args = append(args, limit)
+	// The first row of each key in the page comes with the key's lowest
+	// number pending, by the primary key's index: a read of unsent events
+	// only (a steady shard) does not show the events of a key sent and
+	// not taken, and no run may start above them (runOfKey). One look per
+	// key, not per row.
+	q := `SELECT key, seq, shard, data, headers, sent, CASE WHEN rn = 1 THEN (SELECT MIN(p.seq) FROM ` + o.t.events +
+		` p WHERE p.key = x.key) END FROM (SELECT key, seq, shard, data, headers, sent, ROW_NUMBER() OVER (PARTITION BY key ORDER BY seq) AS rn FROM (` +
+		page + `) page) x ORDER BY key, seq`
 	rows, err := ru.scan(ctx, o.d.Rebind(q), args...)
 	if err != nil {
 		return nil, false, err
 	}
-	full := len(rows) == ru.r.cfg.batch
+	full := len(rows) == limit
 	if full {
 		last := rows[len(rows)-1]
 		p.started, p.key, p.seq, p.keyOnly = true, last.key, last.seq, last.bad != ""
@@ -429,18 +439,16 @@ func (ru *run) mark(ctx context.Context, groups [][]row) ([][]row, error) {
 	out := make([][]row, 0, len(groups))
 	for start := 0; start < len(groups); start += markChunk {
 		chunk := groups[start:min(start+markChunk, len(groups))]
-		keys, lo, hi := make([]any, len(chunk)), make([]any, 0, 2*len(chunk)), make([]any, 0, 2*len(chunk))
+		args := make([]any, 0, 3*len(chunk)+2)
 		rows := 0
-		for i, g := range chunk {
-			keys[i] = g[0].key
-			lo = append(lo, g[0].key, g[0].seq)
-			hi = append(hi, g[0].key, g[len(g)-1].seq)
+		for _, g := range chunk {
+			args = append(args, g[0].key, g[0].seq, g[len(g)-1].seq)
 			rows += len(g)
 		}
-		q := `UPDATE ` + o.t.events + ` SET sent = sent + 1 WHERE key IN (` + placeholders(len(chunk)) + `)
-			AND seq >= ` + perKey(len(chunk)) + ` AND seq <= ` + perKey(len(chunk)) + `
-			AND shard IN (SELECT shard FROM ` + o.t.leases + ` WHERE owner = ? AND expires > ?)`
-		args := append(append(append(keys, lo...), hi...), ru.r.id, time.Now().UnixNano())
+		q := ranges(len(chunk)) + ` UPDATE ` + o.t.events + ` SET sent = sent + 1 FROM v WHERE ` + o.t.events + `.key = v.key
+			AND ` + o.t.events + `.seq >= v.lo AND ` + o.t.events + `.seq <= v.hi
+			AND ` + o.t.events + `.shard IN (SELECT shard FROM ` + o.t.leases + ` WHERE owner = ? AND expires > ?)`
+		args = append(args, ru.r.id, time.Now().UnixNano())
 		res, err := o.db.ExecContext(ctx, o.d.Rebind(q), args...)
 		if err != nil {
 			return groups, err
@@ -558,22 +566,10 @@ func (ru *run) settle(ctx context.Context, bs []*batch) {
 	if len(bs) == 0 {
 		return
 	}
-	// Counted before the delete: whoever sees an event gone sees it
-	// counted.
+	// Counted, and logged, before the delete: whoever sees an event gone
+	// sees it counted, and its key's failure or recovery logged.
 	for _, b := range bs {
 		ru.r.rec.settled(b.ok, len(b.results)-b.ok)
-	}
-	if err := ru.delete(ctx, bs); err != nil {
-		// The events stay, marked sent: the keys are read whole again
-		// later, and the events sent again, copies, then deleted.
-		for _, b := range bs {
-			if b.ok > 0 {
-				ru.resume[b.key] = true
-			}
-		}
-		if ctx.Err() == nil {
-			ru.r.rec.dbFailed("delete published events", err)
-		}
 	}
 	now := time.Now()
 	for _, b := range bs {
@@ -602,6 +598,18 @@ func (ru *run) settle(ctx context.Context, bs []*batch) {
 			if c.failed {
 				ru.resume[b.key] = true // its failed tail is marked sent
 			}
+		}
+	}
+	if err := ru.delete(ctx, bs); err != nil {
+		// The events stay, marked sent: the keys are read whole again
+		// later, and the events sent again, copies, then deleted.
+		for _, b := range bs {
+			if b.ok > 0 {
+				ru.resume[b.key] = true
+			}
+		}
+		if ctx.Err() == nil {
+			ru.r.rec.dbFailed("delete published events", err)
 		}
 	}
 }
@@ -667,9 +675,21 @@ func (ru *run) delete(ctx context.Context, bs []*batch) error {
 		if len(keys) == 0 {
 			return nil
 		}
-		q := `DELETE FROM ` + o.t.events + ` WHERE key IN (` + placeholders(len(keys)) + `) AND seq >= ` + perKey(len(keys)) +
-			` AND seq <= ` + perKey(len(keys))
-		_, err := o.db.ExecContext(ctx, o.d.Rebind(q), append(append(keys, lo...), hi...)...)
+		var q string
+		var args []any
+		if o.d == PostgreSQL {
+			// A join: the CASE below costs a look at every key per row.
+			q = ranges(len(keys)) + ` DELETE FROM ` + o.t.events + ` USING v WHERE ` + o.t.events + `.key = v.key AND ` +
+				o.t.events + `.seq >= v.lo AND ` + o.t.events + `.seq <= v.hi`
+			for i := range keys {
+				args = append(args, keys[i], lo[2*i+1], hi[2*i+1])
+			}
+		} else {
+			q = `DELETE FROM ` + o.t.events + ` WHERE key IN (` + placeholders(len(keys)) + `) AND seq >= ` + perKey(len(keys)) +
+				` AND seq <= ` + perKey(len(keys))
+			args = append(append(keys, lo...), hi...)
+		}
+		_, err := o.db.ExecContext(ctx, o.d.Rebind(q), args...)
 		keys, lo, hi = keys[:0], lo[:0], hi[:0]
 		return err
 	}
@@ -723,6 +743,15 @@ func inList(shards []int) string {
 // statement whatever the number of keys.
 func perKey(n int) string {
 	return "CASE key" + strings.Repeat(" WHEN ? THEN CAST(? AS BIGINT)", n) + " END"
+}
+
+// ranges returns a WITH clause naming v the table (key, lo, hi) of n
+// rows, as one statement's arguments give them, three a row: a join with
+// it finds each key's rows by the primary key's index and bounds its
+// numbers.
+func ranges(n int) string {
+	return "WITH v (key, lo, hi) AS (VALUES " +
+		strings.TrimSuffix(strings.Repeat("(CAST(? AS TEXT), CAST(? AS BIGINT), CAST(? AS BIGINT)),", n), ",") + ")"
 }
 
 // placeholders returns n "?" separated by commas.
