@@ -13,6 +13,29 @@ import (
 // park) and the flights that move a lane's deliveries to the parking
 // topic. See park.go for the whole.
 
+// parkingHooks is what the lanes, the call path and the receiver's
+// shutdown see of parking (park.go); the door that started it (Receive,
+// the push endpoint) holds the parking itself. The shard's mutex must be
+// held for accept, divert and park.
+type parkingHooks interface {
+	// accept is called for a new keyed delivery on l, before the lane's
+	// other rules: one that arrives at a lane holding nothing of its key
+	// waits for the barrier.
+	accept(l *lane)
+	// divert holds l's queued deliveries for the barrier, or sends them
+	// on a flight to the parking topic, and reports whether it did.
+	divert(l *lane) bool
+	// park parks l's key with j, which failed for good with err: j goes
+	// back to the head of l, and l's next flight parks the key.
+	park(l *lane, j *job, err error)
+	// releasedLately reports whether the message id ran in the release of
+	// a park that has ended lately: it must not run again (S6).
+	releasedLately(id string) bool
+	// shutdown stops parking's work in the lanes, when the receiver shuts
+	// down.
+	shutdown()
+}
+
 // A lane's part in parking. Every field is guarded by the lane's shard
 // mutex; all are zero when parking is off and the key healthy.
 type laneParking struct {

@@ -176,29 +176,30 @@ var fastPublish = func() pubsub.PublishSettings {
 	return s
 }()
 
-// startParking starts r's parking, r.park: it opens the control log,
-// which replays it until it is caught up, then follows it. It returns the
-// context Receive must use, cancelled if the log can no longer be
-// followed. If parking cannot start, it returns a nil context, with the
-// error, or with nil if ctx ended meanwhile: Receive then returns at once,
-// as it would have.
-func startParking(ctx context.Context, r *receiver) (context.Context, error) {
+// startParking starts r's parking, and sets r.park, the lanes' hooks into
+// it: it opens the control log, which replays it until it is caught up,
+// then follows it. It returns the parking, for its door (Receive, the push
+// endpoint) to hold, and the context Receive must use, cancelled if the
+// log can no longer be followed. If parking cannot start, it returns a nil
+// context, with the error, or with nil if ctx ended meanwhile: Receive
+// then returns at once, as it would have.
+func startParking(ctx context.Context, r *receiver) (*parking, context.Context, error) {
 	// A failed Open gives up on the server within the drain timeout and
 	// a second, so that a Receive catching up returns within
 	// ShutdownBound of its ctx's end (S7).
 	lg, err := controllog.Open(ctx, r.s.client, r.s.parking.logConfig(r.s.name, r.cfg.drainTimeout, true))
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, nil
+			return nil, nil, nil
 		}
-		return nil, fmt.Errorf("keyorder/subscriber: replaying the parking control log: %w", err)
+		return nil, nil, fmt.Errorf("keyorder/subscriber: replaying the parking control log: %w", err)
 	}
 	// A parked copy keeps its original's stamp (flight.copyOf): the
 	// publisher does not stamp (S12).
 	out, err := publisher.New(r.s.client, r.s.parking.park, publisher.WithPublishSettings(fastPublish), publisher.WithoutStamps())
 	if err != nil {
 		_ = lg.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	p := &parking{r: r, topics: r.s.parking, log: lg, out: out, stopLoop: make(chan struct{}), loopDone: make(chan struct{})}
 	p.b = barrier.New(r.cfg.parkingWait)
@@ -208,7 +209,7 @@ func startParking(ctx context.Context, r *receiver) (context.Context, error) {
 	r.park = p
 	go p.run()
 	p.startRequests() // park_release.go
-	return rctx, nil
+	return p, rctx, nil
 }
 
 // accept is called for j, a new keyed delivery on l, before the lane's

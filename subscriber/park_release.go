@@ -56,13 +56,13 @@ func (s *Subscription) Parked(ctx context.Context) (_ []ParkedKey, err error) {
 	if s.parking == nil {
 		return nil, ErrNoParking
 	}
-	if r := s.current.Load(); r != nil && r.park != nil {
-		err := r.park.sync(ctx)
+	if p := s.parkNow.Load(); p != nil {
+		err := p.sync(ctx)
 		switch {
 		case err == nil:
-			return parkedKeys(r.park.log), nil
+			return parkedKeys(p.log), nil
 		case ctx.Err() != nil:
-			return parkedKeys(r.park.log), err // what it knows: as of the last event applied
+			return parkedKeys(p.log), err // what it knows: as of the last event applied
 		case !errors.Is(err, ErrNotReceiving):
 			return nil, err
 		}
@@ -130,8 +130,8 @@ func (s *Subscription) Release(ctx context.Context, key string) (err error) {
 	if s.parking == nil {
 		return ErrNoParking
 	}
-	if r := s.current.Load(); r != nil && r.park != nil && !r.stopped() {
-		return r.park.release(ctx, key)
+	if p := s.parkNow.Load(); p != nil && !p.r.stopped() {
+		return p.release(ctx, key)
 	}
 	return s.askRelease(ctx, key, true)
 }

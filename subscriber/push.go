@@ -390,6 +390,7 @@ func (e *pushEndpoint) shut(ctx context.Context) {
 	}
 	r.obs.close()
 	r.s.current.Store(nil)
+	r.s.parkNow.Store(nil)
 }
 
 // authorize checks the request's token when the subscription has push

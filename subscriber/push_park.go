@@ -31,13 +31,13 @@ import (
 // pushParking runs the control log for a push endpoint.
 type pushParking struct {
 	r     *receiver
-	ready chan struct{} // closed once r.park is set
+	ready chan struct{} // closed once parked is set
 	// lost is closed if the log stops being followed after it was up;
 	// keyed pushes are then answered 503 until Close, unkeyed ones run.
 	lost   chan struct{}
 	stop   context.CancelFunc // ends the starting loop
 	done   chan struct{}      // closed when the loop returns
-	parked *parking           // r.park, once ready
+	parked *parking           // the parking, once ready
 }
 
 // startPushParking starts the control log for r, on a goroutine of its
@@ -52,9 +52,10 @@ func startPushParking(r *receiver) *pushParking {
 func (pp *pushParking) run(ctx context.Context) {
 	defer close(pp.done)
 	for tries := 1; ; tries++ {
-		rctx, err := startParking(ctx, pp.r) // sets r.park
+		p, rctx, err := startParking(ctx, pp.r) // sets r.park
 		if rctx != nil {
-			pp.parked = pp.r.park
+			pp.parked = p
+			pp.r.s.parkNow.Store(p)
 			pp.r.s.current.Store(pp.r)
 			close(pp.ready)
 			<-rctx.Done()
@@ -82,8 +83,8 @@ func (pp *pushParking) run(ctx context.Context) {
 
 // await returns the parking component once it is up, or an error if ctx
 // ends first, the endpoint closes, or the log was lost (errParkingLost,
-// after r.park was set). Once it has
-// returned, r.park may be read: it was set before ready was closed.
+// after parked was set). Once it has
+// returned, parked may be read: it was set before ready was closed.
 func (pp *pushParking) await(ctx context.Context) (*parking, error) {
 	select {
 	case <-pp.lost:

@@ -72,9 +72,12 @@ func (s *Subscription) Receive(ctx context.Context, h Handler) error {
 		return err
 	}
 	defer r.cancelHandlers()
-	if ctx, err = r.start(ctx); ctx == nil {
+	p, ctx, err := r.start(ctx)
+	if ctx == nil {
 		return err
 	}
+	s.parkNow.Store(p)
+	defer s.parkNow.Store(nil)
 	s.current.Store(r)
 	defer s.current.Store(nil)
 
@@ -103,6 +106,9 @@ func (s *Subscription) Receive(ctx context.Context, h Handler) error {
 		pullErr = r.awaitPull(pulled)
 	}
 	r.nackLeftovers()
+	if p != nil {
+		pullErr = p.stop(pullErr)
+	}
 	return r.finish(pullErr)
 }
 
@@ -126,7 +132,7 @@ type receiver struct {
 	confirm        *confirmer        // exactly-once subscriptions only: watches ack answers
 	obs            *recorder         // metrics and logs (observe.go)
 	census         census            // scratch for Stats (lane_census.go)
-	park           *parking          // with WithParking, else nil (park.go)
+	park           parkingHooks      // with WithParking, else nil (lane_park.go)
 	ending         ending            // what the shutdown nacks once the streams close (shutdown.go)
 }
 
@@ -166,31 +172,30 @@ func newReceiver(ctx context.Context, s *Subscription, h Handler) (*receiver, er
 
 // start starts what runs beside the lanes: parking, which first catches
 // up with its control log (park.go), and the watch of ack answers on an
-// exactly-once subscription (exactlyonce.go). It returns the context
-// Receive must pull with, or a nil one, with the error or with nil if ctx
-// ended meanwhile, when Receive must return at once; nothing it started
-// then runs on.
-func (r *receiver) start(ctx context.Context) (context.Context, error) {
+// exactly-once subscription (exactlyonce.go). It returns the parking, nil
+// without WithParking, for Receive to stop once the official Receive has
+// returned, and the context Receive must pull with, or a nil one, with
+// the error or with nil if ctx ended meanwhile, when Receive must return
+// at once; nothing it started then runs on.
+func (r *receiver) start(ctx context.Context) (*parking, context.Context, error) {
+	var p *parking
 	if r.s.parking != nil {
 		var err error
-		if ctx, err = startParking(ctx, r); ctx == nil { // sets r.park
-			return nil, err
+		if p, ctx, err = startParking(ctx, r); ctx == nil { // sets r.park
+			return nil, nil, err
 		}
 	}
 	if r.s.exactlyOnce {
 		r.confirm = &confirmer{}
 		r.confirm.start(r)
 	}
-	return ctx, nil
+	return p, ctx, nil
 }
 
-// finish waits, once the official Receive has returned, for what start
-// started, and returns the error Receive returns.
+// finish waits, once the official Receive has returned and parking has
+// stopped, for what start started, and returns the error Receive returns.
 func (r *receiver) finish(pullErr error) error {
 	defer r.ending.end()
-	if r.park != nil {
-		pullErr = r.park.stop(pullErr)
-	}
 	if r.confirm != nil {
 		r.confirm.stop(r.ending.left()) // ShutdownBound
 	}

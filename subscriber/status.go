@@ -243,8 +243,8 @@ func (s *Subscription) Stats() Stats {
 	st.At, st.Workers = time.Now(), s.cfg.workers
 	if r := s.current.Load(); r != nil {
 		r.survey(&st, st.At, true)
-		if r.park != nil {
-			st.ParkedKeys = parkedKeys(r.park.log)
+		if p := s.parkNow.Load(); p != nil {
+			st.ParkedKeys = parkedKeys(p.log)
 		}
 	}
 	return st

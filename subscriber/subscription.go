@@ -36,6 +36,10 @@ type Subscription struct {
 	// current is the running Receive's state, for Stats and HeldKeys;
 	// nil when none runs. Set and cleared by Receive.
 	current atomic.Pointer[receiver]
+	// parkNow is the running Receive's parking, for Parked, Release,
+	// RequestRelease, WithdrawRelease and Stats; nil when none runs or it
+	// has no parking. Set with current, by Receive or the push endpoint.
+	parkNow atomic.Pointer[parking]
 	counts  counters // cumulative over every Receive
 	// replay is set, before its Receive starts, on the subscription of a
 	// Replay; nil otherwise.
