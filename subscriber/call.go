@@ -71,7 +71,7 @@ func (r *receiver) call(j *job, d door) {
 	// What runtime.Goexit leaves: judged as a failed call once the handler
 	// was called; before that (a logger of the user's that exits, while
 	// the checks log), a retry that costs no attempt, never an ack.
-	v := verdict{out: engine.Retried, err: ErrHandlerExited, delay: r.cfg.minBackoff}
+	v := verdict{out: engine.Retried, err: ErrHandlerExited, delay: r.cfg.MinBackoff}
 	var began time.Time
 	var gap *Gap
 	defer func() {
@@ -135,7 +135,7 @@ func (r *receiver) judge(j *job, v verdict) verdict {
 	}
 	// A newer delivery that came during the call gets a call of its own:
 	// the one that failed may be stale (its lease ran out).
-	spent := counted && (failures >= r.cfg.maxAttempts || errors.As(v.err, new(*PermanentError))) && !j.redelivered.Load()
+	spent := counted && (failures >= r.cfg.MaxAttempts || errors.As(v.err, new(*PermanentError))) && !j.redelivered.Load()
 	// A door that retries by a nack (push) would have the service
 	// dead-letter a message on its last delivery: with parking, parking
 	// wins, on every door, so that the key's later messages wait.
@@ -157,7 +157,7 @@ func (r *receiver) policy(j *job) engine.Outcome {
 	switch {
 	case r.parks(j):
 		return engine.Parked
-	case j.d.Key != "" && r.s.ordered:
+	case j.d.Key != "" && r.sub.Ordered:
 		return engine.HoldKey
 	}
 	return engine.Failed // nothing to keep in order behind it (S8)
@@ -165,7 +165,7 @@ func (r *receiver) policy(j *job) engine.Outcome {
 
 // parks reports whether a failure for good of j parks its key.
 func (r *receiver) parks(j *job) bool {
-	return r.s.parking != nil && r.s.ordered && j.d.Key != ""
+	return r.sub.Parks && r.sub.Ordered && j.d.Key != ""
 }
 
 // conclude applies the consequences of v, the verdict on j, that every
@@ -181,14 +181,14 @@ func (r *receiver) conclude(j *job, v verdict) {
 			r.tries.succeed(id)
 		}
 	case k == engine.Retried:
-		r.s.counts.retried.Add(1)
+		r.sub.Counts.Retried.Add(1)
 	case k.ForGood():
 		j.err = v.err
 		if r.tries.giveUp(id) {
-			r.s.counts.failed.Add(1) // once per message
+			r.sub.Counts.Failed.Add(1) // once per message
 		}
 		if v.deadLettered {
-			r.s.counts.deadLettered.Add(1)
+			r.sub.Counts.DeadLettered.Add(1)
 		}
 		if k == engine.Parked {
 			r.tries.succeed(id) // a release gives it its attempts afresh
@@ -214,7 +214,7 @@ func logFailure(j *job, deadLettered bool) []slog.Attr {
 
 // sequenced reports whether j's stamp is checked in this Receive.
 func (r *receiver) sequenced(j *job) bool {
-	return r.seqs != nil && r.s.ordered && j.d.Key != "" && j.d.Seq != 0
+	return r.seqs != nil && r.sub.Ordered && j.d.Key != "" && j.d.Seq != 0
 }
 
 // checkSequence is the sequence check of j, just before the handler call:
@@ -230,13 +230,13 @@ func (r *receiver) checkSequence(j *job, now time.Time) (bool, *Gap) {
 	d := &j.d
 	res, first := r.seqs.CheckFirst(d.Key, ordering.Stamp{Producer: d.Producer, Seq: d.Seq}, d.ID, j.redriven, now)
 	ctx := handlerContext{Context: j.ctx, life: r.handlerCtx}
-	if res.Copy && r.cfg.dedupWindow > 0 {
-		r.s.counts.duplicates.Add(1)
+	if res.Copy && r.cfg.DedupWindow > 0 {
+		r.sub.Counts.Duplicates.Add(1)
 		r.obs.sequenceDuplicate(ctx, res.FirstCopy, d.Key, d.Producer, d.Seq, d.ID)
 		return true, nil
 	}
 	if res.Uncertain {
-		r.s.counts.rerun.Add(1)
+		r.sub.Counts.Rerun.Add(1)
 		r.obs.sequenceRerun(ctx, d.Key, d.Producer, d.Seq, d.ID)
 	}
 	start := first && res.GapFrom == 0 && startsLate(d.Seq)
@@ -258,9 +258,9 @@ func (r *receiver) checkSequence(j *job, now time.Time) (bool, *Gap) {
 	// server that redelivers out of order the numbers may still come.
 	g.Uncertain = first || j.fresh || r.anyOrder
 	if g.Uncertain {
-		r.s.counts.uncertainGaps.Add(1)
+		r.sub.Counts.UncertainGaps.Add(1)
 	} else {
-		r.s.counts.gaps.Add(1)
+		r.sub.Counts.Gaps.Add(1)
 	}
 	if start {
 		// Counted and logged, not told: WithGapHandler hears of numbers
@@ -283,17 +283,17 @@ func (r *receiver) processedStamp(j *job) {
 // reportGap tells the WithGapHandler callback about g. A panic in the
 // callback is recovered and logged.
 func (r *receiver) reportGap(g Gap) {
-	if r.cfg.onGap == nil {
+	if r.cfg.OnGap == nil {
 		return
 	}
 	defer r.recoverCallback("gap handler")
-	r.cfg.onGap(g)
+	r.cfg.OnGap(g)
 }
 
 // deadLettered reports whether the service will forward j's message to
 // the dead-letter topic rather than deliver it again if j is nacked now.
 func (r *receiver) deadLettered(j *job) bool {
-	return r.s.deadLetterAttempts > 0 && j.deliveryAttempt() >= r.s.deadLetterAttempts
+	return r.sub.DeadLetterAttempts > 0 && j.deliveryAttempt() >= r.sub.DeadLetterAttempts
 }
 
 // controlRetry returns the wait before the next try of a publish to the
@@ -313,22 +313,22 @@ func (r *receiver) controlRetry(tries int, err error) (time.Duration, int) {
 // backoff is the wait before the next call of a message after its
 // failures-th counted failure: WithBackoff's min, doubling up to its max.
 func (r *receiver) backoff(failures int) time.Duration {
-	d := r.cfg.minBackoff
-	for i := 1; i < failures && d < r.cfg.maxBackoff; i++ {
+	d := r.cfg.MinBackoff
+	for i := 1; i < failures && d < r.cfg.MaxBackoff; i++ {
 		d *= 2
 	}
-	return min(d, r.cfg.maxBackoff)
+	return min(d, r.cfg.MaxBackoff)
 }
 
 // reportError tells the WithErrorHandler callback about a failed call. A
 // panic in the callback is recovered and logged: it must not leave the
 // message unsettled (S11).
 func (r *receiver) reportError(j *job, err error) {
-	if r.cfg.onError == nil {
+	if r.cfg.OnError == nil {
 		return
 	}
 	defer r.recoverCallback("error handler")
-	r.cfg.onError(&j.d, err)
+	r.cfg.OnError(&j.d, err)
 }
 
 // parked settles jobs, moved to the parking topic, as parked: acked, and
@@ -337,7 +337,7 @@ func (r *receiver) parked(fx *effects, jobs ...*job) {
 	for _, j := range jobs {
 		fx.add(j, engine.Parked)
 	}
-	r.s.counts.parked.Add(int64(len(jobs)))
+	r.sub.Counts.Parked.Add(int64(len(jobs)))
 }
 
 // take counts j, which is queued, and starts the watch if the window is
@@ -385,17 +385,16 @@ func (r *receiver) stopWatch() {
 
 // survey fills in what the running Receive holds now: the counts, the held
 // keys, and, if ranked, the busiest partitions and the top keys.
-func (r *receiver) survey(st *Stats, now time.Time, ranked bool) {
+func (r *receiver) survey(st *engineSnapshot, now time.Time, ranked bool) {
 	c := &r.census
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if ranked && c.index == nil {
-		c.index = make([]int32, r.cfg.partitions)
+		c.index = make([]int32, r.cfg.Partitions)
 	}
 	backlog := ranking[KeyStats]{before: moreBacklog}
 	aged := ranking[KeyStats]{before: older}
 	var oldest time.Time
-	st.Receiving = true
 	r.lanes.each(func(l *lane) {
 		q := l.queue.Len()
 		st.Queued += q

@@ -81,7 +81,7 @@ func liveReceiver(tb testing.TB, keys, perKey int) *Subscription {
 	cfg, err := newConfig(nil)
 	require.NoError(tb, err)
 	s := &Subscription{name: "projects/p/subscriptions/s", cfg: cfg, ordered: true}
-	r, err := newReceiver(context.Background(), s, func(context.Context, *Delivery) error { return nil })
+	r, err := s.newReceiver(context.Background(), func(context.Context, *Delivery) error { return nil })
 	require.NoError(tb, err)
 	tb.Cleanup(func() {
 		// The jobs have no messages to settle: stop what runs, only.

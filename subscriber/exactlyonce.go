@@ -25,24 +25,6 @@ import (
 // successors did. Waiting for each confirmation before the next message of
 // the key would keep order there, at the cost of a round trip per message.
 
-// WithExactlyOnceDelivery makes [CreateWithTopic] create the subscription
-// with exactly-once delivery on. It matters only at creation: an existing
-// subscription keeps its own setting, which cannot be changed after
-// creation any more than ordering ([Subscription.ExactlyOnce] reports it),
-// and CreateWithTopic and [Open] log at Warn when it lacks what the option
-// asks. The default is off.
-func WithExactlyOnceDelivery() Option {
-	return func(c *config) error {
-		c.exactlyOnce = true
-		return nil
-	}
-}
-
-// ExactlyOnce reports whether the subscription has exactly-once delivery.
-// If so, Receive waits for the service to confirm each ack, and a message
-// whose ack failed runs again when it comes back.
-func (s *Subscription) ExactlyOnce() bool { return s.exactlyOnce }
-
 // confirmer waits for the service's answers to the acks of one Receive on
 // an exactly-once subscription, in the order the acks were sent, and
 // forgets each message whose ack failed. Its one goroutine is started by
@@ -149,7 +131,7 @@ func (c *confirmer) run() {
 					c.r.seqs.Undo(p.key, p.stamp, p.id)
 				}
 			}
-			c.r.s.counts.ackFailed.Add(1)
+			c.r.sub.Counts.AckFailed.Add(1)
 		}
 		c.mu.Lock()
 		c.waiting--

@@ -330,7 +330,7 @@ func (l *lane) accept(j *job, now time.Time) engine.Outcome {
 	if r.park != nil && l.key != "" {
 		r.park.accept(l) // park.go: the barrier
 	}
-	if prior := r.tries.prior(id); prior.failures >= r.cfg.maxAttempts {
+	if prior := r.tries.prior(id); prior.failures >= r.cfg.MaxAttempts {
 		// It failed for good on an earlier delivery: one call per
 		// delivery, after its backoff.
 		j.notBefore = now.Add(r.backoff(prior.failures))
@@ -410,7 +410,7 @@ func (l *lane) putBack(j *job) {
 // delivery of an ordered subscription, stamped by its producer, from a
 // server that may redeliver out of order.
 func ordersBySeq(l *lane, j *job) bool {
-	return l.r.anyOrder && l.r.s.ordered && l.key != "" && j.d.Producer != "" && j.d.Seq != 0
+	return l.r.anyOrder && l.r.sub.Ordered && l.key != "" && j.d.Producer != "" && j.d.Seq != 0
 }
 
 // holdsNothing reports whether the lane holds nothing of its key: no

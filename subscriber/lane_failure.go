@@ -45,7 +45,7 @@ func (l *lane) note(j *job, v verdict, now time.Time, fx *effects) {
 	case engine.Parked:
 		l.endTrouble(nil, "", now) // parking tells of the park (KeyParked)
 	case engine.Failed:
-		if v.deadLettered && l.key != "" && l.r.s.ordered {
+		if v.deadLettered && l.key != "" && l.r.sub.Ordered {
 			// The service forwards the message instead of sending it
 			// back, and goes on with the key.
 			l.endTrouble(fx, ReasonDeadLettered, now)
@@ -54,7 +54,7 @@ func (l *lane) note(j *job, v verdict, now time.Time, fx *effects) {
 		}
 	case engine.HoldKey:
 		t.held = true
-		t.lapse = l.r.clock.after(l.r.cfg.redeliveryWait, func() { l.lapsed(t) })
+		t.lapse = l.r.clock.after(l.r.cfg.RedeliveryWait, func() { l.lapsed(t) })
 		if !t.reported {
 			t.reported = true
 			fx.events = append(fx.events, KeyEvent{Kind: KeyHeld, HeldKey: l.heldKey(), At: now})
@@ -279,7 +279,7 @@ func (l *lane) openRoomGap(id string) {
 	}
 	l.closeRoomGap()
 	l.roomGap = id
-	l.roomGapEnd = l.r.clock.after(l.r.cfg.redeliveryWait, func() {
+	l.roomGapEnd = l.r.clock.after(l.r.cfg.RedeliveryWait, func() {
 		// Not update: the lane may have a turn in the pool, and next
 		// would submit a second one.
 		l.sh.mu.Lock()

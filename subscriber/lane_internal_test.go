@@ -44,7 +44,7 @@ func TestHeldKeyQueued(t *testing.T) {
 // head, behind its producer's lower numbers.
 func TestPlaceOrdersAProducersNumbers(t *testing.T) {
 	t.Parallel()
-	l := &lane{r: &receiver{s: &Subscription{ordered: true}, anyOrder: true}, key: "k"}
+	l := &lane{r: &receiver{sub: engineFacts{Ordered: true}, anyOrder: true}, key: "k"}
 	mk := func(producer string, seq uint64) *job {
 		return &job{d: Delivery{ID: fmt.Sprint(producer, seq), Producer: producer, Seq: seq}}
 	}
@@ -61,8 +61,8 @@ func TestPlaceOrdersAProducersNumbers(t *testing.T) {
 	assert.Equal(t, []string{"a3", "a4", "a5", "0", "b1", "b2", "b3", "a6", "a7", "a9"}, got)
 
 	for name, r := range map[string]*receiver{
-		"an unordered subscription":                   {s: &Subscription{}, anyOrder: true},
-		"the service, where a lower number is a copy": {s: &Subscription{ordered: true}},
+		"an unordered subscription":                   {sub: engineFacts{}, anyOrder: true},
+		"the service, where a lower number is a copy": {sub: engineFacts{Ordered: true}},
 	} {
 		l := &lane{r: r, key: "k"}
 		l.place(mk("a", 5), now)
@@ -84,7 +84,7 @@ func BenchmarkPlace(b *testing.B) {
 			producer string
 		}{{"unstamped", ""}, {"stamped", "p"}} {
 			b.Run(fmt.Sprintf("%s/depth=%d", tc.name, depth), func(b *testing.B) {
-				l := &lane{r: &receiver{s: &Subscription{ordered: true}, anyOrder: true}, key: "k"}
+				l := &lane{r: &receiver{sub: engineFacts{Ordered: true}, anyOrder: true}, key: "k"}
 				jobs := make([]job, depth+b.N)
 				for i := range jobs {
 					jobs[i].d = Delivery{Producer: tc.producer, Seq: uint64(i + 1)}

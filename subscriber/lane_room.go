@@ -57,9 +57,9 @@ const roomCheck = 100 * time.Millisecond
 
 // init sets the bounds of rm from the options and the subscription's
 // dead-letter limit.
-func (rm *room) init(cfg *config, deadLetterAttempts int) {
-	rs := cfg.receive
-	rm.perKey = cfg.keyBacklog
+func (rm *room) init(cfg *engineConfig, deadLetterAttempts int) {
+	rs := cfg.Receive
+	rm.perKey = cfg.KeyBacklog
 	if deadLetterAttempts > 0 {
 		return // no limit: see room
 	}

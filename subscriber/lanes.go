@@ -1,6 +1,7 @@
 package subscriber
 
 import (
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -125,5 +126,15 @@ func (ls *lanes) pushing(r *receiver, j *job) *lane {
 	return ls.with(r, j.d.Key, func(l *lane) {
 		j.fresh = l.holdsNothing()
 		l.running, l.busySince = j, time.Now()
+	})
+}
+
+// sortHeld sorts held keys oldest failure first.
+func sortHeld(held []HeldKey) {
+	sort.Slice(held, func(i, j int) bool {
+		if !held[i].Since.Equal(held[j].Since) {
+			return held[i].Since.Before(held[j].Since)
+		}
+		return held[i].Key < held[j].Key
 	})
 }

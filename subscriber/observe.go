@@ -79,14 +79,14 @@ type gaugeSource func() (held, queued int, oldest time.Duration)
 
 // newRecorder returns the recorder of a Receive of s, whose gauges report
 // what look returns while the Receive runs. close unregisters them.
-func newRecorder(s *Subscription, look gaugeSource) *recorder {
-	log := s.cfg.logger
+func newRecorder(cfg *engineConfig, name string, look gaugeSource) *recorder {
+	log := cfg.Logger
 	if log == nil {
 		log = slog.Default() // resolved now, so that SetDefault before Receive counts
 	}
-	o := &recorder{log: log.With(slog.String("subscription", s.name)),
+	o := &recorder{log: log.With(slog.String("subscription", name)),
 		unverifiedLog: newLogLimit(time.Hour), gapLog: newLogLimit(time.Minute)}
-	m := telemetry.Meter(s.cfg.meterProvider, meterName)
+	m := telemetry.Meter(cfg.MeterProvider, meterName)
 	var errs []error
 	check := func(err error) { errs = append(errs, err) }
 
@@ -111,7 +111,7 @@ func newRecorder(s *Subscription, look gaugeSource) *recorder {
 		metric.WithDescription("Age of the oldest delivery this process holds: queued, running or waiting for a retry; 0 when none."))
 	check(err)
 
-	sub := attribute.String(attrSubscription, s.name)
+	sub := attribute.String(attrSubscription, name)
 	observed := metric.WithAttributeSet(attribute.NewSet(sub))
 	o.gauges, err = m.RegisterCallback(func(_ context.Context, ob metric.Observer) error {
 		h, q, a := look()

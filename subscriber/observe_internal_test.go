@@ -31,7 +31,7 @@ func TestSequenceLogs(t *testing.T) {
 	var buf bytes.Buffer
 	cfg, err := newConfig([]Option{WithLogger(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))})
 	require.NoError(t, err)
-	o := newRecorder(&Subscription{name: "projects/p/subscriptions/s", cfg: cfg},
+	o := newRecorder(&cfg.engineConfig, "projects/p/subscriptions/s",
 		func() (int, int, time.Duration) { return 0, 0, 0 })
 	defer o.close()
 
@@ -74,7 +74,7 @@ func BenchmarkRecorder(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			cfg, err := newConfig(tc.opts)
 			require.NoError(b, err)
-			o := newRecorder(&Subscription{name: "projects/p/subscriptions/s", cfg: cfg},
+			o := newRecorder(&cfg.engineConfig, "projects/p/subscriptions/s",
 				func() (int, int, time.Duration) { return 0, 0, 0 })
 			defer o.close()
 			j := &job{ctx: context.Background(), d: Delivery{ID: "1", Key: "k"}}

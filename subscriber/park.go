@@ -148,6 +148,7 @@ func retainedTopic(ctx context.Context, client *pubsub.Client, topic string) (ti
 // in flights and waited for by shutdown and stop; and the callers of
 // Release, the watch of release requests and its runs, counted in rel.
 type parking struct {
+	s      *Subscription
 	r      *receiver
 	topics *parkingTopics
 	log    *controllog.Log
@@ -183,11 +184,11 @@ var fastPublish = func() pubsub.PublishSettings {
 // log can no longer be followed. If parking cannot start, it returns a nil
 // context, with the error, or with nil if ctx ended meanwhile: Receive
 // then returns at once, as it would have.
-func startParking(ctx context.Context, r *receiver) (*parking, context.Context, error) {
+func startParking(ctx context.Context, s *Subscription, r *receiver) (*parking, context.Context, error) {
 	// A failed Open gives up on the server within the drain timeout and
 	// a second, so that a Receive catching up returns within
 	// ShutdownBound of its ctx's end (S7).
-	lg, err := controllog.Open(ctx, r.s.client, r.s.parking.logConfig(r.s.name, r.cfg.drainTimeout, true))
+	lg, err := controllog.Open(ctx, s.client, s.parking.logConfig(s.name, r.cfg.DrainTimeout, true))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, nil, nil
@@ -196,17 +197,17 @@ func startParking(ctx context.Context, r *receiver) (*parking, context.Context, 
 	}
 	// A parked copy keeps its original's stamp (flight.copyOf): the
 	// publisher does not stamp (S12).
-	out, err := publisher.New(r.s.client, r.s.parking.park, publisher.WithPublishSettings(fastPublish), publisher.WithoutStamps())
+	out, err := publisher.New(s.client, s.parking.park, publisher.WithPublishSettings(fastPublish), publisher.WithoutStamps())
 	if err != nil {
 		_ = lg.Close()
 		return nil, nil, err
 	}
-	p := &parking{r: r, topics: r.s.parking, log: lg, out: out, stopLoop: make(chan struct{}), loopDone: make(chan struct{})}
-	p.b = barrier.New(r.cfg.parkingWait)
+	p := &parking{s: s, r: r, topics: s.parking, log: lg, out: out, stopLoop: make(chan struct{}), loopDone: make(chan struct{})}
+	p.b = barrier.New(s.cfg.parkingWait)
 	p.ops, p.cancelOps = context.WithCancel(context.Background())
 	rctx, cancel := context.WithCancelCause(ctx)
 	p.fail = cancel
-	r.park = p
+	r.setParking(p)
 	go p.run()
 	p.startRequests() // park_release.go
 	return p, rctx, nil
@@ -363,7 +364,7 @@ func (p *parking) copyOf(j *job, park string, cause *parkCause) *publisher.Messa
 	headers[AttrMessageID] = j.d.ID
 	// The rest as room allows: the service takes 100 attributes.
 	extra := [][2]string{
-		{AttrSubscription, p.r.s.name},
+		{AttrSubscription, p.s.name},
 		{AttrPublishTime, m.PublishTime.UTC().Format(time.RFC3339Nano)},
 		{AttrAttempts, "0"},
 	}

@@ -416,7 +416,7 @@ func (p *parking) shutdown() {
 	drained, timedOut := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(timedOut)
-		t := time.NewTimer(time.Until(p.r.ending.drainEnd(p.r.cfg.drainTimeout)))
+		t := time.NewTimer(time.Until(p.r.ending.drainEnd(p.r.cfg.DrainTimeout)))
 		defer t.Stop()
 		select {
 		case <-t.C:

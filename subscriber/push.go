@@ -98,13 +98,13 @@ func (s *Subscription) PushHandler(h Handler) http.Handler {
 	case !s.receiving.CompareAndSwap(false, true):
 		panic(fmt.Sprintf("subscriber: PushHandler called twice on %s, or while Receive runs", s.name))
 	}
-	r, err := newReceiver(context.Background(), s, h)
+	r, err := s.newReceiver(context.Background(), h)
 	if err != nil {
 		panic(err) // the options were checked when s was made
 	}
-	e := &pushEndpoint{r: r, tokens: newTokenChecker(s.cfg.push.validator)}
+	e := &pushEndpoint{s: s, r: r, tokens: newTokenChecker(s.cfg.push.validator)}
 	if s.parking != nil {
-		e.parking = startPushParking(r) // stores s.current once up
+		e.parking = startPushParking(s, r) // stores s.current once up
 	} else {
 		s.current.Store(r)
 	}
@@ -141,6 +141,7 @@ func (s *Subscription) Close(ctx context.Context) error {
 // path with a door of its own, pushAnswer, and the endpoint answers with
 // the verdict it delivers.
 type pushEndpoint struct {
+	s *Subscription
 	r *receiver
 	// tokens checks the requests' tokens (push_auth.go).
 	tokens *tokenChecker
@@ -183,7 +184,7 @@ func (e *pushEndpoint) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		refuse(w, req, code, http.StatusText(code))
 		return
 	}
-	m, err := decodePush(req, r.s.name, r.s.push)
+	m, err := decodePush(req, e.s.name, e.s.push)
 	if err != nil {
 		r.obs.pushRefused(req.Context(), http.StatusBadRequest, err)
 		refuse(w, req, http.StatusBadRequest, err.Error())
@@ -244,7 +245,7 @@ func (e *pushEndpoint) run(req *http.Request, m *pubsub.Message) (engine.Outcome
 		}
 		defer done()
 	}
-	r.s.counts.received.Add(1)
+	e.s.counts.Received.Add(1)
 	j := r.arrived(ctx, m)
 	j.d.DeliveryAttempt = j.deliveryAttempt()
 	j.retriesByNack = true // S5: the service's backoff spaces the retries
@@ -357,7 +358,7 @@ func (e *pushEndpoint) close(ctx context.Context) error {
 func (e *pushEndpoint) shut(ctx context.Context) {
 	defer close(e.finished)
 	r := e.r
-	r.ending.begin(r.cfg.drainTimeout) // bounds the waits for the server (ShutdownBound)
+	r.ending.begin(r.cfg.DrainTimeout) // bounds the waits for the server (ShutdownBound)
 	defer r.ending.end()
 	e.mu.Lock()
 	e.closed = true
@@ -373,7 +374,7 @@ func (e *pushEndpoint) shut(ctx context.Context) {
 		}
 		wg.Wait()
 	}()
-	t := time.NewTimer(r.cfg.drainTimeout)
+	t := time.NewTimer(r.cfg.DrainTimeout)
 	defer t.Stop()
 	select {
 	case <-drained:
@@ -389,14 +390,14 @@ func (e *pushEndpoint) shut(ctx context.Context) {
 		e.parking.close()
 	}
 	r.obs.close()
-	r.s.current.Store(nil)
-	r.s.parkNow.Store(nil)
+	e.s.current.Store(nil)
+	e.s.parkNow.Store(nil)
 }
 
 // authorize checks the request's token when the subscription has push
 // authentication, and returns the status to refuse it with.
 func (e *pushEndpoint) authorize(req *http.Request) (int, error) {
-	s := e.r.s
+	s := e.s
 	if s.push.email == "" {
 		return 0, nil // accepted when made, with WithUnauthenticatedPush
 	}
@@ -414,7 +415,7 @@ type pushHints struct {
 // hintToken logs a hint, the first time, when req carries no token and
 // the endpoint needs one (WithPushAuth).
 func (d *pushEndpoint) hintToken(req *http.Request) {
-	if d.r.s.push.email == "" || req.Header.Get("Authorization") != "" {
+	if d.s.push.email == "" || req.Header.Get("Authorization") != "" {
 		return
 	}
 	d.hints.token.Do(func() {
@@ -426,7 +427,7 @@ func (d *pushEndpoint) hintToken(req *http.Request) {
 // hintKey logs a hint, the first time, when a push to an ordered
 // subscription carries no ordering key.
 func (d *pushEndpoint) hintKey(m *pubsub.Message) {
-	if !d.r.s.ordered || m.OrderingKey != "" {
+	if !d.s.ordered || m.OrderingKey != "" {
 		return
 	}
 	d.hints.key.Do(func() {

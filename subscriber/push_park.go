@@ -30,6 +30,7 @@ import (
 
 // pushParking runs the control log for a push endpoint.
 type pushParking struct {
+	s     *Subscription
 	r     *receiver
 	ready chan struct{} // closed once parked is set
 	// lost is closed if the log stops being followed after it was up;
@@ -42,9 +43,9 @@ type pushParking struct {
 
 // startPushParking starts the control log for r, on a goroutine of its
 // own, until stopped.
-func startPushParking(r *receiver) *pushParking {
+func startPushParking(s *Subscription, r *receiver) *pushParking {
 	ctx, cancel := context.WithCancel(context.Background())
-	pp := &pushParking{r: r, ready: make(chan struct{}), lost: make(chan struct{}), stop: cancel, done: make(chan struct{})}
+	pp := &pushParking{s: s, r: r, ready: make(chan struct{}), lost: make(chan struct{}), stop: cancel, done: make(chan struct{})}
 	go pp.run(ctx)
 	return pp
 }
@@ -52,11 +53,11 @@ func startPushParking(r *receiver) *pushParking {
 func (pp *pushParking) run(ctx context.Context) {
 	defer close(pp.done)
 	for tries := 1; ; tries++ {
-		p, rctx, err := startParking(ctx, pp.r) // sets r.park
+		p, rctx, err := startParking(ctx, pp.s, pp.r) // sets r.park
 		if rctx != nil {
 			pp.parked = p
-			pp.r.s.parkNow.Store(p)
-			pp.r.s.current.Store(pp.r)
+			pp.s.parkNow.Store(p)
+			pp.s.current.Store(pp.r)
 			close(pp.ready)
 			<-rctx.Done()
 			if ctx.Err() == nil {

@@ -43,7 +43,7 @@ func (e *pushEndpoint) callWaiting(ctx context.Context, j *job) verdict {
 		if v.out != engine.Retried || !errors.As(v.err, &later) {
 			return v
 		}
-		wait := max(v.delay, r.cfg.minBackoff)
+		wait := max(v.delay, r.cfg.MinBackoff)
 		if !r.deadLettered(j) && held+wait > pushHoldMax {
 			return v
 		}

@@ -14,109 +14,11 @@ import (
 	"github.com/keyorder/keyorder/workers"
 )
 
-// Receive calls h for each message of the subscription until ctx ends,
-// then shuts down, and returns nil; it returns early with the official
-// client's error if receiving fails for good.
-//
-//   - A key's deliveries run one at a time, in the order they arrive, on
-//     the key's partition; with [WithUnorderedRedelivery], a stamped
-//     delivery waiting to run goes before the waiting ones of its
-//     producer with higher numbers. Different keys run in parallel, up to
-//     [WithWorkers] handlers at once (S3).
-//   - A message is acked only after h has returned nil for it (S4).
-//   - When h fails or panics, the message is called again after a
-//     backoff, while its key waits without holding a worker; its key's
-//     later deliveries wait behind it. When it fails for good, it is
-//     nacked with every delivery of its key queued behind it, unrun, and
-//     the key is held until the service brings it back, so that no later
-//     message of the key runs before it has succeeded. Other keys go on
-//     (S5, S9).
-//   - With [WithParking], a message that fails for good parks its key
-//     instead: it and the key's later messages go to the parking topic
-//     until [Subscription.Release]. Receive first replays the parking
-//     control log, and returns its error if it cannot follow it; it
-//     carries out the release requests recorded there
-//     ([Subscription.RequestRelease]), through h.
-//   - A key queues at most [WithKeyBacklog] deliveries once the
-//     subscription holds half its flow-control window; past that, its
-//     deliveries are nacked, so that a slow or failing key cannot starve
-//     the others (S10).
-//   - A message processed earlier in this Receive that comes back, as part
-//     of a redelivered tail or after a lost ack, is acked without calling h
-//     (S6, [WithDedupWindow]).
-//   - Every delivery is acked or nacked exactly once, whatever h does
-//     (S11).
-//   - When ctx ends, Receive stops pulling, nacks the deliveries queued and
-//     not started, lets running handlers finish until [WithDrainTimeout],
-//     then cancels their context and waits for them. It returns after every
-//     goroutine it started has exited (S7).
-//
-// Only one Receive runs at a time on a Subscription; a second one returns
-// [ErrReceiving].
-func (s *Subscription) Receive(ctx context.Context, h Handler) error {
-	switch {
-	case s == nil:
-		return invalid("Receive on a nil Subscription")
-	case h == nil:
-		return invalid("Receive with nil handler")
-	case s.push.endpoint != "":
-		return invalid("Receive on %s, a push subscription: serve its PushHandler", s.name)
-	}
-	if !s.receiving.CompareAndSwap(false, true) {
-		return ErrReceiving
-	}
-	defer s.receiving.Store(false)
-
-	r, err := newReceiver(ctx, s, h)
-	if err != nil {
-		return err
-	}
-	defer r.cancelHandlers()
-	p, ctx, err := r.start(ctx)
-	if ctx == nil {
-		return err
-	}
-	s.parkNow.Store(p)
-	defer s.parkNow.Store(nil)
-	s.current.Store(r)
-	defer s.current.Store(nil)
-
-	official := s.client.Subscriber(s.name)
-	official.ReceiveSettings = s.cfg.receive
-	official.ReceiveSettings.ShutdownOptions = &pubsub.ShutdownOptions{
-		Behavior: pubsub.ShutdownBehaviorNackImmediately, Timeout: nackTimeout,
-	}
-	// The official Receive outlives ctx until the shutdown has drained
-	// (see shutdown).
-	pullCtx, stopPulling := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopPulling()
-	pulled := make(chan error, 1)
-	go func() { pulled <- official.Receive(pullCtx, r.deliver) }()
-
-	var pullErr error
-	select {
-	case <-ctx.Done():
-	case pullErr = <-pulled:
-		pulled = nil
-	}
-	r.shutdown()
-	if pulled != nil {
-		r.flushAcks()
-		stopPulling()
-		pullErr = r.awaitPull(pulled)
-	}
-	r.nackLeftovers()
-	if p != nil {
-		pullErr = p.stop(pullErr)
-	}
-	return r.finish(pullErr)
-}
-
 // receiver is the state of one Receive call.
 type receiver struct {
-	s    *Subscription
+	sub  engineFacts // the subscription's
 	h    Handler
-	cfg  *config
+	cfg  *engineConfig
 	pool *workers.Pool
 	// handlerCtx outlives Receive's ctx by the drain timeout (S7).
 	handlerCtx     context.Context
@@ -136,9 +38,11 @@ type receiver struct {
 	ending         ending            // what the shutdown nacks once the streams close (shutdown.go)
 }
 
-func newReceiver(ctx context.Context, s *Subscription, h Handler) (*receiver, error) {
-	pool, err := workers.New(s.cfg.partitions,
-		workers.WithConcurrency(s.cfg.workers),
+// newReceiver makes the engine of one Receive, or of a push endpoint, of
+// a subscription with the facts sub, running h by cfg.
+func newReceiver(ctx context.Context, cfg *engineConfig, sub engineFacts, h Handler) (*receiver, error) {
+	pool, err := workers.New(cfg.Partitions,
+		workers.WithConcurrency(cfg.Workers),
 		// A lane has at most one turn in the pool, so this only bounds
 		// the lanes of one partition; a submit must never wait for it.
 		workers.WithQueueSize(maxPoolQueue))
@@ -147,50 +51,41 @@ func newReceiver(ctx context.Context, s *Subscription, h Handler) (*receiver, er
 	}
 	handlerCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r := &receiver{
-		s:              s,
+		sub:            sub,
 		h:              h,
-		cfg:            &s.cfg,
+		cfg:            cfg,
 		pool:           pool,
 		handlerCtx:     handlerCtx,
 		cancelHandlers: cancel,
 		stopping:       make(chan struct{}),
-		seen:           newProcessed(s.cfg.dedupWindow),
+		seen:           newProcessed(cfg.DedupWindow),
 		tries:          newAttempts(),
-		anyOrder:       s.cfg.anyOrder || os.Getenv("PUBSUB_EMULATOR_HOST") != "",
+		anyOrder:       cfg.AnyOrder || os.Getenv("PUBSUB_EMULATOR_HOST") != "",
 		ending:         ending{born: time.Now()},
 	}
-	if s.cfg.seqWindow > 0 {
-		r.seqs = seqwindow.New(s.cfg.seqWindow)
+	if cfg.SeqWindow > 0 {
+		r.seqs = seqwindow.New(cfg.SeqWindow)
 		if r.anyOrder {
 			r.seqs.AnyOrder()
 		}
 	}
-	r.room.init(&s.cfg, s.deadLetterAttempts)
-	r.obs = newRecorder(s, r.gauges)
+	r.room.init(cfg, sub.DeadLetterAttempts)
+	r.obs = newRecorder(cfg, sub.Name, r.gauges)
 	return r, nil
 }
 
-// start starts what runs beside the lanes: parking, which first catches
-// up with its control log (park.go), and the watch of ack answers on an
-// exactly-once subscription (exactlyonce.go). It returns the parking, nil
-// without WithParking, for Receive to stop once the official Receive has
-// returned, and the context Receive must pull with, or a nil one, with
-// the error or with nil if ctx ended meanwhile, when Receive must return
-// at once; nothing it started then runs on.
-func (r *receiver) start(ctx context.Context) (*parking, context.Context, error) {
-	var p *parking
-	if r.s.parking != nil {
-		var err error
-		if p, ctx, err = startParking(ctx, r); ctx == nil { // sets r.park
-			return nil, nil, err
-		}
-	}
-	if r.s.exactlyOnce {
+// start starts what runs beside the lanes: on an exactly-once
+// subscription, the watch of ack answers (exactlyonce.go).
+func (r *receiver) start() {
+	if r.sub.ExactlyOnce {
 		r.confirm = &confirmer{}
 		r.confirm.start(r)
 	}
-	return p, ctx, nil
 }
+
+// setParking gives the lanes and the call path their hooks into parking,
+// once it has started, before the first delivery.
+func (r *receiver) setParking(p parkingHooks) { r.park = p }
 
 // finish waits, once the official Receive has returned and parking has
 // stopped, for what start started, and returns the error Receive returns.
@@ -212,7 +107,7 @@ const maxPoolQueue = 1 << 20
 // (place). It never waits: a callback that blocked would hold the
 // official client's flow control, and with it every other key.
 func (r *receiver) deliver(ctx context.Context, m *pubsub.Message) {
-	r.s.counts.received.Add(1)
+	r.sub.Counts.Received.Add(1)
 	j := r.arrived(ctx, m)
 	if r.processedBefore(m.ID) {
 		// S6: processed already; acking again runs nothing. The call path
@@ -220,7 +115,7 @@ func (r *receiver) deliver(ctx context.Context, m *pubsub.Message) {
 		r.settle(j, engine.Deduplicated)
 		return
 	}
-	if !r.s.replay.admits(m) {
+	if r.sub.Admits != nil && !r.sub.Admits(m) {
 		r.settle(j, engine.Skipped) // published after Replay started
 		return
 	}
@@ -267,7 +162,7 @@ func (r *receiver) count(j *job, out engine.Outcome) {
 		out = engine.DeadLettered // the service forwards it
 	}
 	r.obs.settled(out)
-	r.s.counts.settled[out].Add(1)
+	r.sub.Counts.Settled[out].Add(1)
 }
 
 // apply does what a change to l decided, once its shard's mutex is
@@ -292,11 +187,11 @@ func (r *receiver) apply(l *lane, fx *effects) {
 // emit logs a key event and tells the WithKeyEvents callback.
 func (r *receiver) emit(ev KeyEvent) {
 	r.obs.keyEvent(ev)
-	if r.cfg.onKeyEvent == nil {
+	if r.cfg.OnKeyEvent == nil {
 		return
 	}
 	defer r.recoverCallback("key event callback")
-	r.cfg.onKeyEvent(ev)
+	r.cfg.OnKeyEvent(ev)
 }
 
 // recoverCallback recovers a panic in a user callback and logs it: the
@@ -328,7 +223,7 @@ func (r *receiver) idle() bool {
 // within the drain timeout and are then cancelled, and every goroutine the
 // receiver started exits.
 func (r *receiver) shutdown() {
-	r.ending.begin(r.cfg.drainTimeout)
+	r.ending.begin(r.cfg.DrainTimeout)
 	close(r.stopping)
 	r.stopWatch()
 	// Take what waits in the lanes. A lane with a turn in the pool is
@@ -339,7 +234,7 @@ func (r *receiver) shutdown() {
 	for _, s := range fx.settle {
 		r.settle(s.j, s.out)
 	}
-	drain, cancel := context.WithDeadline(context.Background(), r.ending.drainEnd(r.cfg.drainTimeout))
+	drain, cancel := context.WithDeadline(context.Background(), r.ending.drainEnd(r.cfg.DrainTimeout))
 	if r.pool.Stop(drain) != nil {
 		r.cancelHandlers()
 		_ = r.pool.Stop(context.Background())
@@ -413,7 +308,7 @@ func (r *receiver) awaitPull(pulled <-chan error) error {
 // arrived makes the job of m, delivered by the service to Receive or to
 // the push endpoint, and counts and logs a stamp it refused.
 func (r *receiver) arrived(ctx context.Context, m *pubsub.Message) *job {
-	j := newJob(ctx, m, r.cfg.stampKeys)
+	j := newJob(ctx, m, r.cfg.StampKeys)
 	if j.stamp.err != nil {
 		r.unverified(j)
 	}
@@ -428,7 +323,7 @@ func (r *receiver) checkReleased(j *job, m *pubsub.Message) {
 		return
 	}
 	j.stamp.sig = m.Attributes[ordering.SignatureAttribute]
-	k := r.cfg.stampKeys
+	k := r.cfg.StampKeys
 	if k == nil {
 		return
 	}
@@ -442,7 +337,7 @@ func (r *receiver) checkReleased(j *job, m *pubsub.Message) {
 
 // unverified counts and logs j, whose stamp's signature failed.
 func (r *receiver) unverified(j *job) {
-	r.s.counts.unverified.Add(1)
+	r.sub.Counts.Unverified.Add(1)
 	r.obs.stampUnverified(j.ctxOr(), j.d.Key, j.stamp.refused, j.d.ID, j.stamp.err)
 }
 
@@ -462,7 +357,7 @@ func (r *receiver) ack(j *job, ran bool) {
 
 // gauges is the survey of the running Receive the gauges report.
 func (r *receiver) gauges() (held, queued int, oldest time.Duration) {
-	var st Stats
+	var st engineSnapshot
 	r.survey(&st, time.Now(), false)
 	return len(st.Held), st.Queued, st.OldestAge
 }

@@ -122,8 +122,8 @@ func (rr *releaseRun) run(ctx context.Context) (err error) {
 // gets the official Receive's error if it fails.
 func (rr *releaseRun) read(ctx context.Context) (copies <-chan *pubsub.Message, readErr <-chan error, stop func(), err error) {
 	p := rr.p
-	client := p.r.s.client
-	rr.sub = ephemeral.Name(p.r.s.name, "subscriptions", "-release-"+ephemeral.NewID())
+	client := p.s.client
+	rr.sub = ephemeral.Name(p.s.name, "subscriptions", "-release-"+ephemeral.NewID())
 	admin := client.SubscriptionAdminClient
 	if _, err := admin.CreateSubscription(ctx, ephemeral.Subscription(rr.sub, p.topics.park, `attributes.`+AttrParkID+` = "`+rr.park+`"`)); err != nil {
 		return nil, nil, nil, fmt.Errorf("keyorder/subscriber: creating a release subscription: %w", err)
@@ -241,7 +241,7 @@ func (rr *releaseRun) settle(j *job, v verdict) {
 	case v.out == engine.Acked || v.out == engine.Deduplicated:
 		rr.done[id] = true
 		delete(rr.content, id)
-		rr.p.r.s.counts.released.Add(1)
+		rr.p.s.counts.Released.Add(1)
 		rr.recorded = rr.progress(id)
 	case v.out.ForGood():
 		rr.stop(v.err, id, v.err.Error())

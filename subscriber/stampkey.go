@@ -2,7 +2,6 @@ package subscriber
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 
 	"github.com/keyorder/keyorder/ordering"
@@ -30,29 +29,6 @@ import (
 // request as a message arrives, a release of parked messages as it reads
 // each copy. A verified stamp's signature stays with its delivery, so
 // that a parked copy carries it and its release verifies it again.
-
-// WithStampKey makes the subscriber verify every stamp against keys, any
-// of which may have signed it, so that a key can be rotated: give the
-// subscribers the new key beside the old, then switch the publishers
-// (publisher.WithStampKey, the relay's outbox.WithStampKey) to the new
-// one, then drop the old here. Each key is at least
-// [ordering.MinStampKeyBytes] (16) bytes; use 32 random bytes. No key, or
-// a short one, is an [ErrInvalidConfig]. The default verifies nothing:
-// stamps are trusted as written, as before signatures existed.
-//
-// Turn it on only once every producer of the subscription's topic signs:
-// an unsigned stamp of an honest producer is then not a stamp either, and
-// its copies are no longer found by their numbers.
-func WithStampKey(keys ...[]byte) Option {
-	return func(c *config) error {
-		k, err := ordering.NewStampKeys(keys...)
-		if err != nil {
-			return fmt.Errorf("%w: WithStampKey: %w", ErrInvalidConfig, err)
-		}
-		c.stampKeys = k
-		return nil
-	}
-}
 
 // A stampNote is what became of a message's stamp as it arrived.
 type stampNote struct {

@@ -1,8 +1,6 @@
 package subscriber
 
 import (
-	"sort"
-	"sync/atomic"
 	"time"
 
 	"github.com/keyorder/keyorder/subscriber/internal/engine"
@@ -155,15 +153,6 @@ type Stats struct {
 	TopAge     []KeyStats
 }
 
-// counters are the cumulative counts of Stats. Every field is atomic.
-type counters struct {
-	settled                                            [engine.NumOutcomes]atomic.Int64 // by outcome (receive.go)
-	received, retried, failed, deadLettered, ackFailed atomic.Int64
-	duplicates, gaps, uncertainGaps, rerun             atomic.Int64 // sequence.go
-	unverified                                         atomic.Int64 // stampkey.go
-	parked, released                                   atomic.Int64 // park.go
-}
-
 // Stats returns what the subscription's Receive calls have done so far,
 // and what the running one holds now: its backlog by partition and by key
 // (hot keys), and its held keys. It is safe to call at any time; the
@@ -176,28 +165,33 @@ type counters struct {
 func (s *Subscription) Stats() Stats {
 	c := &s.counts
 	st := Stats{
-		Received:       c.received.Load(),
-		Acked:          c.settled[engine.Acked].Load(),
-		Deduplicated:   c.settled[engine.Deduplicated].Load(),
-		Retried:        c.retried.Load(),
-		Failed:         c.failed.Load(),
-		DeadLettered:   c.deadLettered.Load(),
-		NackedHeld:     c.settled[engine.Held].Load(),
-		NackedTail:     c.settled[engine.Tail].Load(),
-		NackedRoom:     c.settled[engine.Room].Load(),
-		NackedShutdown: c.settled[engine.Shutdown].Load(),
-		AckFailed:      c.ackFailed.Load(),
-		Duplicates:     c.duplicates.Load(),
-		Gaps:           c.gaps.Load(),
-		UncertainGaps:  c.uncertainGaps.Load(),
-		Rerun:          c.rerun.Load(),
-		Unverified:     c.unverified.Load(),
-		Parked:         c.parked.Load(),
-		Released:       c.released.Load(),
+		Received:       c.Received.Load(),
+		Acked:          c.Settled[engine.Acked].Load(),
+		Deduplicated:   c.Settled[engine.Deduplicated].Load(),
+		Retried:        c.Retried.Load(),
+		Failed:         c.Failed.Load(),
+		DeadLettered:   c.DeadLettered.Load(),
+		NackedHeld:     c.Settled[engine.Held].Load(),
+		NackedTail:     c.Settled[engine.Tail].Load(),
+		NackedRoom:     c.Settled[engine.Room].Load(),
+		NackedShutdown: c.Settled[engine.Shutdown].Load(),
+		AckFailed:      c.AckFailed.Load(),
+		Duplicates:     c.Duplicates.Load(),
+		Gaps:           c.Gaps.Load(),
+		UncertainGaps:  c.UncertainGaps.Load(),
+		Rerun:          c.Rerun.Load(),
+		Unverified:     c.Unverified.Load(),
+		Parked:         c.Parked.Load(),
+		Released:       c.Released.Load(),
 	}
-	st.At, st.Workers = time.Now(), s.cfg.workers
+	st.At, st.Workers = time.Now(), s.cfg.Workers
 	if r := s.current.Load(); r != nil {
-		r.survey(&st, st.At, true)
+		var sn engineSnapshot
+		r.survey(&sn, st.At, true)
+		st.Receiving = true
+		st.Queued, st.Running, st.Held, st.Keys, st.OldestAge = sn.Queued, sn.Running, sn.Held, sn.Keys, sn.OldestAge
+		st.ActivePartitions, st.Partitions = sn.ActivePartitions, sn.Partitions
+		st.TopBacklog, st.TopAge = sn.TopBacklog, sn.TopAge
 		if p := s.parkNow.Load(); p != nil {
 			st.ParkedKeys = parkedKeys(p.log)
 		}
@@ -215,13 +209,4 @@ func (s *Subscription) HeldKeys() []HeldKey {
 		return held
 	}
 	return nil
-}
-
-func sortHeld(held []HeldKey) {
-	sort.Slice(held, func(i, j int) bool {
-		if !held[i].Since.Equal(held[j].Since) {
-			return held[i].Since.Before(held[j].Since)
-		}
-		return held[i].Key < held[j].Key
-	})
 }

@@ -260,3 +260,8 @@ func (s *Subscription) Name() string { return s.name }
 
 // Topic returns the full resource name of the subscription's topic.
 func (s *Subscription) Topic() string { return s.topic }
+
+// ExactlyOnce reports whether the subscription has exactly-once delivery.
+// If so, Receive waits for the service to confirm each ack, and a message
+// whose ack failed runs again when it comes back.
+func (s *Subscription) ExactlyOnce() bool { return s.exactlyOnce }

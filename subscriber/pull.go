@@ -1,0 +1,137 @@
+package subscriber
+
+import (
+	"context"
+
+	"cloud.google.com/go/pubsub/v2"
+)
+
+// Receive calls h for each message of the subscription until ctx ends,
+// then shuts down, and returns nil; it returns early with the official
+// client's error if receiving fails for good.
+//
+//   - A key's deliveries run one at a time, in the order they arrive, on
+//     the key's partition; with [WithUnorderedRedelivery], a stamped
+//     delivery waiting to run goes before the waiting ones of its
+//     producer with higher numbers. Different keys run in parallel, up to
+//     [WithWorkers] handlers at once (S3).
+//   - A message is acked only after h has returned nil for it (S4).
+//   - When h fails or panics, the message is called again after a
+//     backoff, while its key waits without holding a worker; its key's
+//     later deliveries wait behind it. When it fails for good, it is
+//     nacked with every delivery of its key queued behind it, unrun, and
+//     the key is held until the service brings it back, so that no later
+//     message of the key runs before it has succeeded. Other keys go on
+//     (S5, S9).
+//   - With [WithParking], a message that fails for good parks its key
+//     instead: it and the key's later messages go to the parking topic
+//     until [Subscription.Release]. Receive first replays the parking
+//     control log, and returns its error if it cannot follow it; it
+//     carries out the release requests recorded there
+//     ([Subscription.RequestRelease]), through h.
+//   - A key queues at most [WithKeyBacklog] deliveries once the
+//     subscription holds half its flow-control window; past that, its
+//     deliveries are nacked, so that a slow or failing key cannot starve
+//     the others (S10).
+//   - A message processed earlier in this Receive that comes back, as part
+//     of a redelivered tail or after a lost ack, is acked without calling h
+//     (S6, [WithDedupWindow]).
+//   - Every delivery is acked or nacked exactly once, whatever h does
+//     (S11).
+//   - When ctx ends, Receive stops pulling, nacks the deliveries queued and
+//     not started, lets running handlers finish until [WithDrainTimeout],
+//     then cancels their context and waits for them. It returns after every
+//     goroutine it started has exited (S7).
+//
+// Only one Receive runs at a time on a Subscription; a second one returns
+// [ErrReceiving].
+func (s *Subscription) Receive(ctx context.Context, h Handler) error {
+	switch {
+	case s == nil:
+		return invalid("Receive on a nil Subscription")
+	case h == nil:
+		return invalid("Receive with nil handler")
+	case s.push.endpoint != "":
+		return invalid("Receive on %s, a push subscription: serve its PushHandler", s.name)
+	}
+	if !s.receiving.CompareAndSwap(false, true) {
+		return ErrReceiving
+	}
+	defer s.receiving.Store(false)
+
+	r, err := s.newReceiver(ctx, h)
+	if err != nil {
+		return err
+	}
+	defer r.cancelHandlers()
+	p, ctx, err := s.start(ctx, r)
+	if ctx == nil {
+		return err
+	}
+	s.parkNow.Store(p)
+	defer s.parkNow.Store(nil)
+	s.current.Store(r)
+	defer s.current.Store(nil)
+
+	official := s.client.Subscriber(s.name)
+	official.ReceiveSettings = s.cfg.Receive
+	official.ReceiveSettings.ShutdownOptions = &pubsub.ShutdownOptions{
+		Behavior: pubsub.ShutdownBehaviorNackImmediately, Timeout: nackTimeout,
+	}
+	// The official Receive outlives ctx until the shutdown has drained
+	// (see shutdown).
+	pullCtx, stopPulling := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopPulling()
+	pulled := make(chan error, 1)
+	go func() { pulled <- official.Receive(pullCtx, r.deliver) }()
+
+	var pullErr error
+	select {
+	case <-ctx.Done():
+	case pullErr = <-pulled:
+		pulled = nil
+	}
+	r.shutdown()
+	if pulled != nil {
+		r.flushAcks()
+		stopPulling()
+		pullErr = r.awaitPull(pulled)
+	}
+	r.nackLeftovers()
+	if p != nil {
+		pullErr = p.stop(pullErr)
+	}
+	return r.finish(pullErr)
+}
+
+// newReceiver makes the engine of a Receive, or of a push endpoint, of s,
+// running h.
+func (s *Subscription) newReceiver(ctx context.Context, h Handler) (*receiver, error) {
+	sub := engineFacts{
+		Name: s.name, Ordered: s.ordered, ExactlyOnce: s.exactlyOnce, Parks: s.parking != nil,
+		DeadLetterAttempts: s.deadLetterAttempts, Counts: &s.counts,
+	}
+	if s.replay != nil {
+		sub.Admits = s.replay.admits
+	}
+	return newReceiver(ctx, &s.cfg.engineConfig, sub, h)
+}
+
+// start starts what runs beside r's lanes: parking, which first catches
+// up with its control log (park.go), and the watch of ack answers on an
+// exactly-once subscription. It returns the parking, nil without
+// WithParking, for Receive to stop once the official Receive has
+// returned, and the context Receive must pull with, or a nil one, with
+// the error or with nil if ctx ended meanwhile, when Receive must return
+// at once; nothing it started then runs on.
+func (s *Subscription) start(ctx context.Context, r *receiver) (*parking, context.Context, error) {
+	var p *parking
+	if s.parking != nil {
+		var err error
+		if p, ctx, err = startParking(ctx, s, r); ctx == nil {
+			return nil, nil, err
+		}
+	}
+	r.start()
+	return p, ctx, nil
+}
