@@ -7,12 +7,14 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
+
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // config holds the options' values, checked once, by newConfig: those
 // the engine runs by, and the rest, which the facade's doors use.
 type config struct {
-	engineConfig
+	engine.Config
 	exactlyOnce    bool
 	quiet          time.Duration   // replay.go
 	policies       servicePolicies // the service's, for a subscription created (policies.go)
@@ -25,7 +27,7 @@ type config struct {
 
 func newConfig(opts []Option) (config, error) {
 	c := config{
-		engineConfig: engineConfig{
+		Config: engine.Config{
 			Partitions:     DefaultPartitions,
 			KeyBacklog:     DefaultKeyBacklog,
 			MaxAttempts:    DefaultMaxAttempts,

@@ -1,9 +1,8 @@
 package subscriber
 
 import (
-	"cloud.google.com/go/pubsub/v2"
+	"time"
 
-	"github.com/keyorder/keyorder/ordering"
 	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
@@ -28,33 +27,21 @@ type Handler = engine.Handler
 // keep it after returning.
 type Delivery = engine.Delivery
 
-// newDelivery builds the Delivery of m, taking its stamp on trust.
-func newDelivery(m *pubsub.Message) Delivery {
-	d, _ := deliveryOf(m, nil)
-	return d
-}
+// A Gap is a run of a producer's sequence numbers for a key that Receive
+// has not processed, found when a later number of the same key and
+// producer came up for processing. [WithGapHandler] is told of each.
+type Gap = engine.Gap
 
-// deliveryOf builds the Delivery of m. It takes over m's attribute map,
-// which no one else reads, to add the key header without a copy. With
-// keys, a stamp counts only if its signature verifies (stampkey.go).
-func deliveryOf(m *pubsub.Message, keys *ordering.StampKeys) (Delivery, stampNote) {
-	headers := m.Attributes
-	if m.OrderingKey != "" {
-		if headers == nil {
-			headers = make(map[string]string, 1)
-		}
-		headers[ordering.Header] = m.OrderingKey
-	}
-	d := Delivery{
-		ID:          m.ID,
-		Key:         m.OrderingKey,
-		Data:        m.Data,
-		Headers:     headers,
-		PublishTime: m.PublishTime,
-	}
-	if m.DeliveryAttempt != nil {
-		d.DeliveryAttempt = *m.DeliveryAttempt
-	}
-	note := takeStamp(&d, headers, keys, m.OrderingKey, m.Data)
-	return d, note
-}
+// DeadLetterSourceAttribute is the attribute the service adds to a message
+// it forwards to a dead-letter topic, naming the subscription it came
+// from. A stamped message that carries it was redriven: republished from
+// the dead-letter topic with its attributes. Its number, if it is older
+// than what this Receive has seen of its key, runs rather than being taken
+// for a copy (S12).
+const DeadLetterSourceAttribute = engine.DeadLetterSourceAttribute
+
+// gapQuiet was how long a key had to be quiet here for a gap before its
+// next message to be uncertain; any absence now makes it so, since a key
+// may move to another client and back within a second. Only a test sets
+// it (SetGapQuiet); nothing reads it.
+var gapQuiet = time.Second

@@ -10,6 +10,8 @@ import (
 
 	"github.com/keyorder/keyorder/internal/resource"
 	"github.com/keyorder/keyorder/ordering"
+
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // Defaults of the options.
@@ -306,7 +308,7 @@ func WithUnorderedRedelivery() Option {
 // [Stats.Gaps]. A certain gap is logged at Warn once a minute at most per
 // key and producer. With several clients, the authority on what is
 // missing is a store they share (package inbox), not these counts.
-func WithGapHandler(f func(Gap)) Option {
+func WithGapHandler(f func(engine.Gap)) Option {
 	return func(c *config) error {
 		c.OnGap = f
 		return nil

@@ -16,22 +16,22 @@ import (
 // flight parks it first.
 type flight struct {
 	p     *parking
-	l     *lane
-	jobs  []*job
-	park  string     // the park in force when it left; "" to park the key
-	cause *parkCause // why the key parks, if it does
+	l     *engine.Lane
+	jobs  []*engine.Job
+	park  string            // the park in force when it left; "" to park the key
+	cause *engine.ParkCause // why the key parks, if it does
 }
 
 // fly runs the flight on its own goroutine.
 func (fl *flight) fly() {
 	p := fl.p
 	defer p.flights.Done()
-	parked, parkedIt, err := p.move(p.ops, fl.l.key, fl.jobs, fl.park, fl.cause)
+	parked, parkedIt, err := p.move(p.ops, fl.l.Key, fl.jobs, fl.park, fl.cause)
 	fl.land(parked, err)
 	if parkedIt {
 		// Told once the flight has landed, so that a callback cannot hold
 		// it up.
-		p.told(KeyParked, fl.l.key, fl.cause, time.Now(), "")
+		p.told(KeyParked, fl.l.Key, fl.cause, time.Now(), "")
 	}
 }
 
@@ -53,29 +53,29 @@ func truncateUTF8(s string, n int) string {
 // here, so that nothing is lost or overtaken. At shutdown they are nacked.
 func (fl *flight) land(parked bool, err error) {
 	l, r := fl.l, fl.p.r
-	l.update(func(now time.Time) (fx effects) {
-		pk := &l.pk
-		pk.flight = false
+	l.Update(func(now time.Time) (fx engine.Effects) {
+		pk := &l.Pk
+		pk.Flight = false
 		switch {
 		case parked:
-			pk.failed, pk.tries = nil, 0
-			r.parked(&fx, fl.jobs...)
-		case r.stopped():
+			pk.Failed, pk.Tries = nil, 0
+			r.Parked(&fx, fl.jobs...)
+		case r.Stopped():
 			for _, j := range fl.jobs {
-				fx.add(j, engine.Shutdown)
+				fx.Add(j, engine.Shutdown)
 			}
 		default:
 			for i := len(fl.jobs) - 1; i >= 0; i-- {
-				l.putBack(fl.jobs[i])
+				l.PutBack(fl.jobs[i])
 			}
 			if err != nil {
-				pk.tries++
-				l.wait(r.backoff(pk.tries), now)
+				pk.Tries++
+				l.Wait(r.Backoff(pk.Tries), now)
 			}
 		}
 		return fx
 	})
 	if err != nil && !errors.Is(err, context.Canceled) {
-		r.obs.log.Warn("keyorder/subscriber: could not park messages; will try again", "key", l.key, "error", err)
+		r.Obs.Log.Warn("keyorder/subscriber: could not park messages; will try again", "key", l.Key, "error", err)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 
 	"github.com/keyorder/keyorder/subscriber/internal/controllog"
+
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // A ParkedKey is a key parked by [WithParking]: its messages go to the
@@ -130,7 +132,7 @@ func (s *Subscription) Release(ctx context.Context, key string) (err error) {
 	if s.parking == nil {
 		return ErrNoParking
 	}
-	if p := s.parkNow.Load(); p != nil && !p.r.stopped() {
+	if p := s.parkNow.Load(); p != nil && !p.r.Stopped() {
 		return p.release(ctx, key)
 	}
 	return s.askRelease(ctx, key, true)
@@ -260,7 +262,7 @@ func (p *parking) syncTo(ctx context.Context, fence uint64) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-p.r.stopping:
+	case <-p.r.Stopping:
 		return ErrNotReceiving
 	}
 }
@@ -276,7 +278,7 @@ func (p *parking) barrierRound() {
 				return true
 			}
 			var wait time.Duration
-			wait, tries = p.r.controlRetry(tries, err)
+			wait, tries = p.r.ControlRetry(tries, err)
 			select {
 			case <-p.stopLoop:
 				return false
@@ -317,7 +319,7 @@ func (p *parking) serveRequests() {
 			timer.Reset(time.Until(next))
 		}
 		select {
-		case <-p.r.stopping:
+		case <-p.r.Stopping:
 			return
 		case <-changed:
 		case <-p.rel.ended():
@@ -367,12 +369,12 @@ func (p *parking) carryOut(pr controllog.PendingRelease, rt *requestRuns) {
 		// goes again when the log moves and no releaser is left or its
 		// lease lapses, as Claimable tells: a backoff would hold a request
 		// up to WithBackoff's wait after a release that gave up.
-		retry := err != nil && !over && !skippedTail(err) && !errors.Is(err, ErrReleasing)
-		rt.ended(pr.Key, retry, p.r.backoff)
+		retry := err != nil && !over && !engine.SkippedTail(err) && !errors.Is(err, ErrReleasing)
+		rt.ended(pr.Key, retry, p.r.Backoff)
 		p.rel.exit(pr.Key) // wakes the watch
-		if err != nil && !errors.Is(err, ErrNotReceiving) && !errors.Is(err, ErrNotParked) && !errors.Is(err, ErrReleasing) && !errors.Is(err, errRequestEnded) && !skippedTail(err) {
+		if err != nil && !errors.Is(err, ErrNotReceiving) && !errors.Is(err, ErrNotParked) && !errors.Is(err, ErrReleasing) && !errors.Is(err, errRequestEnded) && !engine.SkippedTail(err) {
 			// ErrReleasing: another Receive won the claim, or took over.
-			p.r.obs.releaseRequestFailed(pr.Key, pr.Requester, err, retry)
+			p.r.Obs.ReleaseRequestFailed(pr.Key, pr.Requester, err, retry)
 		}
 	}()
 	err = p.sync(p.ops)
@@ -408,19 +410,19 @@ func (p *parking) run() {
 	}
 }
 
-// shutdown ends what parking does for a stopping Receive: releases stop
+// Shutdown ends what parking does for a stopping Receive: releases stop
 // before their next message, and flights land. Both get what is left of
 // the drain timeout, which the handlers had too; then handlers are
 // cancelled and the flights' waits given up, their deliveries nacked.
-func (p *parking) shutdown() {
+func (p *parking) Shutdown() {
 	drained, timedOut := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(timedOut)
-		t := time.NewTimer(time.Until(p.r.ending.drainEnd(p.r.cfg.DrainTimeout)))
+		t := time.NewTimer(time.Until(p.r.Ending.DrainEnd(p.r.Cfg.DrainTimeout)))
 		defer t.Stop()
 		select {
 		case <-t.C:
-			p.r.cancelHandlers()
+			p.r.CancelHandlers()
 			p.cancelOps()
 		case <-drained:
 		}
@@ -439,7 +441,7 @@ func (p *parking) stop(err error) error {
 	close(p.stopLoop)
 	p.cancelOps() // a marker on its way is not waited for
 	<-p.loopDone
-	late := p.r.ending.deadline()
+	late := p.r.Ending.Deadline()
 	if ferr := p.log.Shutdown(late); ferr != nil && err == nil && late.Err() == nil {
 		err = fmt.Errorf("keyorder/subscriber: following the parking control log: %w", ferr)
 	}

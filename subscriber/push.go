@@ -142,7 +142,7 @@ func (s *Subscription) Close(ctx context.Context) error {
 // the verdict it delivers.
 type pushEndpoint struct {
 	s *Subscription
-	r *receiver
+	r *engine.Engine
 	// tokens checks the requests' tokens (push_auth.go).
 	tokens *tokenChecker
 
@@ -173,20 +173,20 @@ func (e *pushEndpoint) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	select {
-	case <-r.stopping:
+	case <-r.Stopping:
 		refuse(w, req, http.StatusServiceUnavailable, "shutting down")
 		return
 	default:
 	}
 	e.hintToken(req)
 	if code, err := e.authorize(req); err != nil {
-		r.obs.pushRefused(req.Context(), code, err)
+		r.Obs.PushRefused(req.Context(), code, err)
 		refuse(w, req, code, http.StatusText(code))
 		return
 	}
 	m, err := decodePush(req, e.s.name, e.s.push)
 	if err != nil {
-		r.obs.pushRefused(req.Context(), http.StatusBadRequest, err)
+		r.Obs.PushRefused(req.Context(), http.StatusBadRequest, err)
 		refuse(w, req, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -214,7 +214,7 @@ func (e *pushEndpoint) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // the answer reports, with the park this request made, if it made one,
 // to be told once the answer is written; or an error, for a 503, when the
 // door is closed or parking is not up.
-func (e *pushEndpoint) run(req *http.Request, m *pubsub.Message) (engine.Outcome, *parkCause, error) {
+func (e *pushEndpoint) run(req *http.Request, m *pubsub.Message) (engine.Outcome, *engine.ParkCause, error) {
 	r, ctx := e.r, req.Context()
 	if !e.enter() {
 		return 0, nil, errShuttingDown
@@ -246,10 +246,10 @@ func (e *pushEndpoint) run(req *http.Request, m *pubsub.Message) (engine.Outcome
 		defer done()
 	}
 	e.s.counts.Received.Add(1)
-	j := r.arrived(ctx, m)
-	j.d.DeliveryAttempt = j.deliveryAttempt()
-	j.retriesByNack = true // S5: the service's backoff spaces the retries
-	if p != nil && j.d.Key != "" {
+	j := r.Arrived(ctx, m)
+	j.D.DeliveryAttempt = j.DeliveryAttempt()
+	j.RetriesByNack = true // S5: the service's backoff spaces the retries
+	if p != nil && j.D.Key != "" {
 		parked, err := p.divertPush(ctx, j)
 		if err != nil {
 			return 0, nil, err
@@ -259,13 +259,13 @@ func (e *pushEndpoint) run(req *http.Request, m *pubsub.Message) (engine.Outcome
 		}
 	}
 	v := e.callWaiting(ctx, j) // push_wait.go: a RetryAfter's delay is kept
-	if v.out == engine.Parked {
-		parked, cause, err := p.parkPush(ctx, j, v.err)
+	if v.Out == engine.Parked {
+		parked, cause, err := p.parkPush(ctx, j, v.Err)
 		if parked {
 			return e.parked(j), cause, nil
 		}
-		r.obs.log.Warn("keyorder/subscriber: could not park a pushed message; the service will push it again",
-			"key", j.d.Key, "error", err)
+		r.Obs.Log.Warn("keyorder/subscriber: could not park a pushed message; the service will push it again",
+			"key", j.D.Key, "error", err)
 	}
 	return e.deliver(j, v), nil, nil
 }
@@ -285,22 +285,22 @@ func (e *pushEndpoint) enter() bool {
 // lane showing it running meanwhile (lane.pushed), and returns the
 // verdict. The handler's context ends with the request, as the service
 // stops waiting for the answer then, or with the door's drain.
-func (e *pushEndpoint) call(ctx context.Context, j *job) verdict {
+func (e *pushEndpoint) call(ctx context.Context, j *engine.Job) engine.Verdict {
 	r := e.r
-	life, cancel := context.WithCancel(r.handlerCtx)
+	life, cancel := context.WithCancel(r.HandlerCtx)
 	defer cancel()
 	defer context.AfterFunc(ctx, cancel)()
-	j.life = life
-	answer := make(chan verdict, 1)
-	go r.call(j, pushAnswer{l: r.lanes.pushing(r, j), answer: answer})
+	j.Life = life
+	answer := make(chan engine.Verdict, 1)
+	go r.Call(j, pushAnswer{l: r.Lanes.Pushing(r, j), answer: answer})
 	return <-answer
 }
 
 // parked settles j as moved to the parking topic.
-func (e *pushEndpoint) parked(j *job) engine.Outcome {
-	var fx effects
-	e.r.parked(&fx, j)
-	e.r.count(j, engine.Parked) // nothing to ack: the answer acks it
+func (e *pushEndpoint) parked(j *engine.Job) engine.Outcome {
+	var fx engine.Effects
+	e.r.Parked(&fx, j)
+	e.r.Count(j, engine.Parked) // nothing to ack: the answer acks it
 	return engine.Parked
 }
 
@@ -312,26 +312,26 @@ var errShuttingDown = errors.New("shutting down")
 // Key events are told last, once the answer can be written, so that a
 // callback that exits the goroutine leaves nothing undone.
 type pushAnswer struct {
-	l      *lane
-	answer chan<- verdict
+	l      *engine.Lane
+	answer chan<- engine.Verdict
 }
 
-func (a pushAnswer) settle(j *job, v verdict) {
-	fx := a.l.pushed(j, v)
+func (a pushAnswer) Settle(j *engine.Job, v engine.Verdict) {
+	fx := a.l.Pushed(j, v)
 	a.answer <- v
-	a.l.r.apply(a.l, &fx)
+	a.l.R.Apply(a.l, &fx)
 }
 
 // deliver turns the verdict on j into the outcome the answer reports, and
 // counts it as Receive counts its settlements: a success or a copy acks,
 // a failure nacks, for the service to push the message again, or to
 // dead-letter it.
-func (e *pushEndpoint) deliver(j *job, v verdict) engine.Outcome {
-	out := v.out
+func (e *pushEndpoint) deliver(j *engine.Job, v engine.Verdict) engine.Outcome {
+	out := v.Out
 	if out.ForGood() {
 		out = engine.Failed // not parked: nacked, for the service to push again or dead-letter
 	}
-	e.r.count(j, out)
+	e.r.Count(j, out)
 	return out
 }
 
@@ -358,12 +358,12 @@ func (e *pushEndpoint) close(ctx context.Context) error {
 func (e *pushEndpoint) shut(ctx context.Context) {
 	defer close(e.finished)
 	r := e.r
-	r.ending.begin(r.cfg.DrainTimeout) // bounds the waits for the server (ShutdownBound)
-	defer r.ending.end()
+	r.Ending.Begin(r.Cfg.DrainTimeout) // bounds the waits for the server (ShutdownBound)
+	defer r.Ending.End()
 	e.mu.Lock()
 	e.closed = true
 	e.mu.Unlock()
-	close(r.stopping)
+	close(r.Stopping)
 	drained := make(chan struct{})
 	go func() {
 		defer close(drained)
@@ -374,14 +374,14 @@ func (e *pushEndpoint) shut(ctx context.Context) {
 		}
 		wg.Wait()
 	}()
-	t := time.NewTimer(r.cfg.DrainTimeout)
+	t := time.NewTimer(r.Cfg.DrainTimeout)
 	defer t.Stop()
 	select {
 	case <-drained:
 	case <-t.C:
 	case <-ctx.Done():
 	}
-	r.cancelHandlers()
+	r.CancelHandlers()
 	if e.parking != nil {
 		e.parking.cancel()
 	}
@@ -389,7 +389,7 @@ func (e *pushEndpoint) shut(ctx context.Context) {
 	if e.parking != nil {
 		e.parking.close()
 	}
-	r.obs.close()
+	r.Obs.Close()
 	e.s.current.Store(nil)
 	e.s.parkNow.Store(nil)
 }
@@ -419,7 +419,7 @@ func (d *pushEndpoint) hintToken(req *http.Request) {
 		return
 	}
 	d.hints.token.Do(func() {
-		d.r.obs.log.Warn("keyorder/subscriber: a push request carries no token; every such request is refused 401",
+		d.r.Obs.Log.Warn("keyorder/subscriber: a push request carries no token; every such request is refused 401",
 			"hint", "the server does not sign its pushes (Google's emulator does not): on it, make the subscription with WithUnauthenticatedPush; on Pub/Sub, give the push subscription the service account of WithPushAuth")
 	})
 }
@@ -431,7 +431,7 @@ func (d *pushEndpoint) hintKey(m *pubsub.Message) {
 		return
 	}
 	d.hints.key.Do(func() {
-		d.r.obs.log.Info("keyorder/subscriber: a push to an ordered subscription carries no ordering key; it runs unordered",
+		d.r.Obs.Log.Info("keyorder/subscriber: a push to an ordered subscription carries no ordering key; it runs unordered",
 			"message_id", m.ID,
 			"hint", "if it was published with one, the server does not push ordering keys (Google's emulator does not), and keys cannot be kept in order through it")
 	})

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // Parking from push. A push endpoint with WithParking keeps the control
@@ -31,7 +33,7 @@ import (
 // pushParking runs the control log for a push endpoint.
 type pushParking struct {
 	s     *Subscription
-	r     *receiver
+	r     *engine.Engine
 	ready chan struct{} // closed once parked is set
 	// lost is closed if the log stops being followed after it was up;
 	// keyed pushes are then answered 503 until Close, unkeyed ones run.
@@ -43,7 +45,7 @@ type pushParking struct {
 
 // startPushParking starts the control log for r, on a goroutine of its
 // own, until stopped.
-func startPushParking(s *Subscription, r *receiver) *pushParking {
+func startPushParking(s *Subscription, r *engine.Engine) *pushParking {
 	ctx, cancel := context.WithCancel(context.Background())
 	pp := &pushParking{s: s, r: r, ready: make(chan struct{}), lost: make(chan struct{}), stop: cancel, done: make(chan struct{})}
 	go pp.run(ctx)
@@ -61,7 +63,7 @@ func (pp *pushParking) run(ctx context.Context) {
 			close(pp.ready)
 			<-rctx.Done()
 			if ctx.Err() == nil {
-				pp.r.obs.log.Error("keyorder/subscriber: the push endpoint's parking control log is no longer followed; keyed pushes are answered 503 until Close; pushes without a key run",
+				pp.r.Obs.Log.Error("keyorder/subscriber: the push endpoint's parking control log is no longer followed; keyed pushes are answered 503 until Close; pushes without a key run",
 					"error", context.Cause(rctx))
 				close(pp.lost)
 			}
@@ -70,9 +72,9 @@ func (pp *pushParking) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		pp.r.obs.log.Warn("keyorder/subscriber: could not start the push endpoint's parking control log; will try again",
+		pp.r.Obs.Log.Warn("keyorder/subscriber: could not start the push endpoint's parking control log; will try again",
 			"error", err)
-		t := time.NewTimer(pp.r.backoff(tries))
+		t := time.NewTimer(pp.r.Backoff(tries))
 		select {
 		case <-t.C:
 		case <-ctx.Done():
@@ -97,7 +99,7 @@ func (pp *pushParking) await(ctx context.Context) (*parking, error) {
 		return pp.parked, nil
 	case <-pp.lost:
 		return nil, errParkingLost
-	case <-pp.r.stopping:
+	case <-pp.r.Stopping:
 		return nil, errShuttingDown
 	case <-ctx.Done():
 		return nil, ctx.Err()

@@ -34,17 +34,17 @@ const pushHoldMax = 8 * time.Second
 
 // callWaiting runs j through the call path, and again after each delay its
 // handler asks for, as long as the request may be held.
-func (e *pushEndpoint) callWaiting(ctx context.Context, j *job) verdict {
+func (e *pushEndpoint) callWaiting(ctx context.Context, j *engine.Job) engine.Verdict {
 	r := e.r
 	var held time.Duration
 	for {
 		v := e.call(ctx, j)
 		var later *RetryAfterError
-		if v.out != engine.Retried || !errors.As(v.err, &later) {
+		if v.Out != engine.Retried || !errors.As(v.Err, &later) {
 			return v
 		}
-		wait := max(v.delay, r.cfg.MinBackoff)
-		if !r.deadLettered(j) && held+wait > pushHoldMax {
+		wait := max(v.Delay, r.Cfg.MinBackoff)
+		if !r.DeadLettered(j) && held+wait > pushHoldMax {
 			return v
 		}
 		t := time.NewTimer(wait)
@@ -53,7 +53,7 @@ func (e *pushEndpoint) callWaiting(ctx context.Context, j *job) verdict {
 		case <-ctx.Done():
 			t.Stop()
 			return v
-		case <-r.stopping:
+		case <-r.Stopping:
 			t.Stop()
 			return v
 		}

@@ -145,12 +145,12 @@ type Stats struct {
 	// running, and Partitions lists the busiest of them, most deliveries
 	// first: at most [StatsTop].
 	ActivePartitions int
-	Partitions       []PartitionStats
+	Partitions       []engine.PartitionStats
 	// TopBacklog lists the keys with the most deliveries here, queued or
 	// running, and TopAge those whose oldest delivery has been here
 	// longest: at most [StatsTop] each, in that order.
-	TopBacklog []KeyStats
-	TopAge     []KeyStats
+	TopBacklog []engine.KeyStats
+	TopAge     []engine.KeyStats
 }
 
 // Stats returns what the subscription's Receive calls have done so far,
@@ -186,8 +186,8 @@ func (s *Subscription) Stats() Stats {
 	}
 	st.At, st.Workers = time.Now(), s.cfg.Workers
 	if r := s.current.Load(); r != nil {
-		var sn engineSnapshot
-		r.survey(&sn, st.At, true)
+		var sn engine.Snapshot
+		r.Survey(&sn, st.At, true)
 		st.Receiving = true
 		st.Queued, st.Running, st.Held, st.Keys, st.OldestAge = sn.Queued, sn.Running, sn.Held, sn.Keys, sn.OldestAge
 		st.ActivePartitions, st.Partitions = sn.ActivePartitions, sn.Partitions
@@ -205,8 +205,25 @@ func (s *Subscription) Stats() Stats {
 // no Receive runs.
 func (s *Subscription) HeldKeys() []HeldKey {
 	if r := s.current.Load(); r != nil {
-		_, _, held := r.lanes.snapshot()
+		_, _, held := r.Lanes.Snapshot()
 		return held
 	}
 	return nil
 }
+
+// StatsTop is how many partitions, and how many keys in each ranking,
+// [Subscription.Stats] lists.
+const StatsTop = engine.StatsTop
+
+// A PartitionStats is one partition with work in the running Receive.
+//
+// A partition is what keys hash to with [ordering.Partition] (S3): its
+// deliveries run one at a time. With the default 65,536 partitions, few
+// keys share one and a partition is close to a key, so the busy ones point
+// at hot keys; with a few partitions ([WithPartitions]), each is a group of
+// keys that waits on its slowest. Partitions are not workers: a worker runs
+// whichever partition is ready next, so a worker has no backlog of its own.
+type PartitionStats = engine.PartitionStats
+
+// A KeyStats is one key with work in the running Receive.
+type KeyStats = engine.KeyStats

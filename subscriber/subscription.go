@@ -15,6 +15,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/keyorder/keyorder/internal/resource"
+
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // A Subscription receives the messages of one Pub/Sub subscription, in
@@ -35,12 +37,12 @@ type Subscription struct {
 	receiving          atomic.Bool // a Receive is running
 	// current is the running Receive's state, for Stats and HeldKeys;
 	// nil when none runs. Set and cleared by Receive.
-	current atomic.Pointer[receiver]
+	current atomic.Pointer[engine.Engine]
 	// parkNow is the running Receive's parking, for Parked, Release,
 	// RequestRelease, WithdrawRelease and Stats; nil when none runs or it
 	// has no parking. Set with current, by Receive or the push endpoint.
 	parkNow atomic.Pointer[parking]
-	counts  counters // cumulative over every Receive
+	counts  engine.Counters // cumulative over every Receive
 	// replay is set, before its Receive starts, on the subscription of a
 	// Replay; nil otherwise.
 	replay *replay

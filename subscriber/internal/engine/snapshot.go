@@ -1,25 +1,23 @@
-package subscriber
+package engine
 
 import (
 	"sync/atomic"
 	"time"
-
-	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
-// counters are the cumulative counts of Stats, over every Receive of a
+// Counters are the cumulative counts of Stats, over every Receive of a
 // subscription. Every field is atomic.
-type counters struct {
-	Settled                                            [engine.NumOutcomes]atomic.Int64 // by outcome (receive.go)
+type Counters struct {
+	Settled                                            [NumOutcomes]atomic.Int64 // by outcome (receive.go)
 	Received, Retried, Failed, DeadLettered, AckFailed atomic.Int64
 	Duplicates, Gaps, UncertainGaps, Rerun             atomic.Int64 // sequence.go
 	Unverified                                         atomic.Int64 // stampkey.go
 	Parked, Released                                   atomic.Int64 // park.go
 }
 
-// engineSnapshot is what a running Receive holds now, for Stats and the
+// Snapshot is what a running Receive holds now, for Stats and the
 // gauges (survey).
-type engineSnapshot struct {
+type Snapshot struct {
 	// Queued and Running count the deliveries queued and running, and
 	// Keys the keys with something here.
 	Queued, Running, Keys int

@@ -1,4 +1,4 @@
-package subscriber
+package engine
 
 import (
 	"bytes"
@@ -10,14 +10,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-
-	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // TestOutcomeNames pins the values of keyorder.outcome of the handler's
 // calls that dashboards and alerts match; those of settled messages are
-// pinned with the outcome type (engine.TestOutcomeLabels).
+// pinned with the outcome type (TestOutcomeLabels).
 func TestOutcomeNames(t *testing.T) {
 	t.Parallel()
 	assert.Equal(t, [3]string{"ok", "error", "panic"}, callOutcomes)
@@ -29,11 +28,11 @@ func TestOutcomeNames(t *testing.T) {
 func TestSequenceLogs(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
-	cfg, err := newConfig([]Option{WithLogger(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))})
-	require.NoError(t, err)
-	o := newRecorder(&cfg.engineConfig, "projects/p/subscriptions/s",
+	cfg := testConfig()
+	cfg.Logger = slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	o := newRecorder(&cfg, "projects/p/subscriptions/s",
 		func() (int, int, time.Duration) { return 0, 0, 0 })
-	defer o.close()
+	defer o.Close()
 
 	o.sequenceGap(context.Background(), "k", "producer-1", 4, 6, false)
 	o.sequenceGap(context.Background(), "k", "producer-1", 8, 8, true)
@@ -65,23 +64,23 @@ func TestSequenceLogs(t *testing.T) {
 // provider.
 func BenchmarkRecorder(b *testing.B) {
 	for _, tc := range []struct {
-		name string
-		opts []Option
+		name     string
+		provider metric.MeterProvider
 	}{
 		{"global", nil},
-		{"sdk", []Option{WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader())))}},
+		{"sdk", sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			cfg, err := newConfig(tc.opts)
-			require.NoError(b, err)
-			o := newRecorder(&cfg.engineConfig, "projects/p/subscriptions/s",
+			cfg := testConfig()
+			cfg.MeterProvider = tc.provider
+			o := newRecorder(&cfg, "projects/p/subscriptions/s",
 				func() (int, int, time.Duration) { return 0, 0, 0 })
-			defer o.close()
-			j := &job{ctx: context.Background(), d: Delivery{ID: "1", Key: "k"}}
+			defer o.Close()
+			j := &Job{Ctx: context.Background(), D: Delivery{ID: "1", Key: "k"}}
 			b.ReportAllocs()
 			for b.Loop() {
-				o.handled(j, verdict{out: engine.Acked, took: time.Millisecond})
-				o.settled(engine.Acked)
+				o.handled(j, Verdict{Out: Acked, took: time.Millisecond})
+				o.settled(Acked)
 			}
 		})
 	}

@@ -1,12 +1,10 @@
-package subscriber
+package engine
 
-import "github.com/keyorder/keyorder/subscriber/internal/engine"
-
-// effects collects what a change to a lane decided and must be done once
+// Effects collects what a change to a lane decided and must be done once
 // its shard's mutex is released: acks and nacks, which call into the
 // official client, the lane's next turn, and events for user callbacks,
 // which may block, panic or exit the goroutine.
-type effects struct {
+type Effects struct {
 	settle []settlement
 	turn   bool
 	events []KeyEvent
@@ -14,10 +12,10 @@ type effects struct {
 
 // settlement is the fate of one job: acked, or nacked for a reason.
 type settlement struct {
-	j   *job
-	out engine.Outcome
+	j   *Job
+	out Outcome
 }
 
-func (fx *effects) add(j *job, out engine.Outcome) {
+func (fx *Effects) Add(j *Job, out Outcome) {
 	fx.settle = append(fx.settle, settlement{j, out})
 }

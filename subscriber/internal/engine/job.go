@@ -1,4 +1,4 @@
-package subscriber
+package engine
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/keyorder/keyorder/ordering"
 )
 
-// A job is one message on its way through Receive: queued on its key's
+// A Job is one message on its way through Receive: queued on its key's
 // lane, running, waiting for its next attempt, and at last acked or
 // nacked, exactly once (S11).
 //
@@ -19,23 +19,23 @@ import (
 // tail, or as a duplicate. The new delivery joins the job rather than
 // queueing behind it (see lane.join), so a message is processed once and
 // every delivery of it is settled with it.
-type job struct {
+type Job struct {
 	// msg is the newest delivery of the message, and stale the older ones,
 	// settled together with it. Both are guarded by the lane's shard
 	// mutex, and read by settle once the job has left its lane.
-	msg   *pubsub.Message
+	Msg   *pubsub.Message
 	stale []*pubsub.Message
 
 	// ctx is the official client's context for the first delivery: it
 	// carries the message's trace span to the handler. life, when set,
 	// bounds the handler's context in place of the receiver's (a push
 	// request's); set before the job is shared.
-	ctx  context.Context
-	life context.Context
+	Ctx  context.Context
+	Life context.Context
 
 	// d is what the handler sees. It is written only while no handler
 	// call of the job runs, under the lane's shard mutex.
-	d Delivery
+	D Delivery
 
 	// redelivered is set, under the lane's shard mutex, when a newer
 	// delivery joins the job while its handler runs: if the call fails,
@@ -46,7 +46,7 @@ type job struct {
 	// retriesByNack is set by a door whose retries are the service's
 	// redeliveries (push): a retry on the last delivery before
 	// dead-lettering would lose the key's order. Set before the call.
-	retriesByNack bool
+	RetriesByNack bool
 
 	// notBefore is when the message may be called again: after the
 	// backoff of a message that failed for good on an earlier delivery,
@@ -70,12 +70,12 @@ type job struct {
 	// stamp is what became of the message's stamp as it arrived: the
 	// signature that goes with it to a parked copy, or why it was not
 	// taken (stampkey.go). Set once.
-	stamp stampNote
+	Stamp stampNote
 
 	// redriven is set when the message came back from a dead-letter
 	// topic, republished with the attributes the service adds there
 	// (S12). Set once.
-	redriven bool
+	Redriven bool
 
 	size    int64       // bytes of data, for room (S10)
 	counted bool        // counted in the receiver's room; set once, before the job is shared
@@ -84,44 +84,44 @@ type job struct {
 
 // newJob makes the job of m, whose stamp counts only if it verifies
 // against keys, when set (stampkey.go).
-func newJob(ctx context.Context, m *pubsub.Message, keys *ordering.StampKeys) *job {
-	j := &job{msg: m, ctx: ctx, redriven: isRedriven(m.Attributes), size: int64(len(m.Data)), received: time.Now()}
-	j.d, j.stamp = deliveryOf(m, keys)
+func newJob(ctx context.Context, m *pubsub.Message, keys *ordering.StampKeys) *Job {
+	j := &Job{Msg: m, Ctx: ctx, Redriven: IsRedriven(m.Attributes), size: int64(len(m.Data)), received: time.Now()}
+	j.D, j.Stamp = deliveryOf(m, keys)
 	return j
 }
 
-// deliveryAttempt is the service's count for the newest delivery, 0 when
+// DeliveryAttempt is the service's count for the newest delivery, 0 when
 // the subscription has no dead-letter policy.
-func (j *job) deliveryAttempt() int {
-	if j.msg == nil {
+func (j *Job) DeliveryAttempt() int {
+	if j.Msg == nil {
 		return 0 // a released copy: its delivery was acked when parked
 	}
-	if a := j.msg.DeliveryAttempt; a != nil {
+	if a := j.Msg.DeliveryAttempt; a != nil {
 		return *a
 	}
 	return 0
 }
 
 // ctxOr returns the job's context for its logs, Background if it has none.
-func (j *job) ctxOr() context.Context {
-	if j.ctx != nil {
-		return j.ctx
+func (j *Job) ctxOr() context.Context {
+	if j.Ctx != nil {
+		return j.Ctx
 	}
 	return context.Background()
 }
 
 // lifeOr returns the context that bounds the handler's: the job's own, or
 // else def.
-func (j *job) lifeOr(def context.Context) context.Context {
-	if j.life != nil {
-		return j.life
+func (j *Job) lifeOr(def context.Context) context.Context {
+	if j.Life != nil {
+		return j.Life
 	}
 	return def
 }
 
 // dropStale nacks the deliveries of j's message older than its newest,
 // which is to be called again. The lane's shard mutex must be held.
-func (j *job) dropStale() {
+func (j *Job) dropStale() {
 	for _, m := range j.stale {
 		m.Nack()
 	}
@@ -131,9 +131,9 @@ func (j *job) dropStale() {
 
 // join makes m, a newer delivery of j's message, the one j settles first.
 // The lane's shard mutex must be held.
-func (j *job) join(m *pubsub.Message, running bool) {
-	j.stale = append(j.stale, j.msg)
-	j.msg = m
+func (j *Job) join(m *pubsub.Message, running bool) {
+	j.stale = append(j.stale, j.Msg)
+	j.Msg = m
 	if running {
 		j.redelivered.Store(true)
 	}
@@ -151,3 +151,34 @@ type handlerContext struct {
 func (c handlerContext) Deadline() (time.Time, bool) { return c.life.Deadline() }
 func (c handlerContext) Done() <-chan struct{}       { return c.life.Done() }
 func (c handlerContext) Err() error                  { return c.life.Err() }
+
+// newDelivery builds the Delivery of m, taking its stamp on trust.
+func newDelivery(m *pubsub.Message) Delivery {
+	d, _ := deliveryOf(m, nil)
+	return d
+}
+
+// deliveryOf builds the Delivery of m. It takes over m's attribute map,
+// which no one else reads, to add the key header without a copy. With
+// keys, a stamp counts only if its signature verifies (stampkey.go).
+func deliveryOf(m *pubsub.Message, keys *ordering.StampKeys) (Delivery, stampNote) {
+	headers := m.Attributes
+	if m.OrderingKey != "" {
+		if headers == nil {
+			headers = make(map[string]string, 1)
+		}
+		headers[ordering.Header] = m.OrderingKey
+	}
+	d := Delivery{
+		ID:          m.ID,
+		Key:         m.OrderingKey,
+		Data:        m.Data,
+		Headers:     headers,
+		PublishTime: m.PublishTime,
+	}
+	if m.DeliveryAttempt != nil {
+		d.DeliveryAttempt = *m.DeliveryAttempt
+	}
+	note := takeStamp(&d, headers, keys, m.OrderingKey, m.Data)
+	return d, note
+}

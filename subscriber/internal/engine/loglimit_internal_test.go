@@ -1,4 +1,4 @@
-package subscriber
+package engine
 
 import (
 	"fmt"

@@ -1,13 +1,12 @@
-package subscriber
+package engine
 
 import (
 	"time"
 
 	"github.com/keyorder/keyorder/internal/fifo"
-	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
-// A lane is one key's state in a Receive. It runs the key's deliveries one
+// A Lane is one key's state in a Receive. It runs the key's deliveries one
 // at a time, in the order they arrived, or, where the server may
 // redeliver out of order, a producer's stamped ones in number order
 // (place), by submitting itself to the
@@ -27,17 +26,17 @@ import (
 // Its methods are in lane.go, its life, its turn, accepting a delivery,
 // parking and push's bookkeeping, and in lane_failure.go, failure, room and
 // what Stats reads (the census).
-type lane struct {
-	r   *receiver // set when made
+type Lane struct {
+	R   *Engine // set when made
 	sh  *laneShard
-	key string
+	Key string
 
 	// queue holds the deliveries received and not started, oldest first;
 	// the head may be a failed message waiting for its next attempt.
-	queue fifo.Queue[*job]
+	Queue fifo.Queue[*Job]
 	// running is the job whose handler is running, nil otherwise, and
 	// busySince when its call began.
-	running   *job
+	Running   *Job
 	busySince time.Time
 	// pace is the recent duration of the key's handler calls, a moving
 	// average; 0 before the first. Room uses it to tell a key that drains
@@ -46,10 +45,10 @@ type lane struct {
 	// active is set while a turn is in the pool or running, or retry is
 	// pending: then nothing else may submit a turn. turn is set while a
 	// turn is in the pool and has not begun.
-	active bool
+	Active bool
 	turn   bool
 	// retry fires when the head's next attempt is due.
-	retry *time.Timer
+	Retry *time.Timer
 	// trouble is the key's failing message, nil while it is healthy.
 	trouble *trouble
 	// roomGap is the first delivery of the key nacked for room (S10). The
@@ -64,7 +63,7 @@ type lane struct {
 	// stats counts the key's calls while it has a lane, for Stats.
 	stats laneStats
 	// pk is the lane's part in parking (park.go).
-	pk laneParking
+	Pk laneParking
 }
 
 // trouble is a lane's failing message: the one no later message of the key
@@ -90,33 +89,33 @@ type trouble struct {
 
 // release removes the lane from its shard once it holds nothing. The
 // shard's mutex must be held.
-func (l *lane) release() {
-	if l.active || l.running != nil || l.queue.Len() > 0 || l.trouble != nil || l.roomGap != "" {
+func (l *Lane) release() {
+	if l.Active || l.Running != nil || l.Queue.Len() > 0 || l.trouble != nil || l.roomGap != "" {
 		return
 	}
-	if l.key == "" {
+	if l.Key == "" {
 		delete(l.sh.loose, l)
-	} else if l.sh.keyed[l.key] == l {
-		delete(l.sh.keyed, l.key)
+	} else if l.sh.keyed[l.Key] == l {
+		delete(l.sh.keyed, l.Key)
 	}
 }
 
 // heldKey describes the lane's trouble. The shard's mutex must be held.
-func (l *lane) heldKey() HeldKey {
+func (l *Lane) heldKey() HeldKey {
 	t := l.trouble
 	k := HeldKey{
-		Key: l.key, MessageID: t.id, Since: t.since, Attempt: t.attempt, Err: t.err,
-		Held: t.held, RetryAt: t.retryAt, Queued: l.queue.Len(),
+		Key: l.Key, MessageID: t.id, Since: t.since, Attempt: t.attempt, Err: t.err,
+		Held: t.held, RetryAt: t.retryAt, Queued: l.Queue.Len(),
 	}
-	for i := 0; i < l.queue.Len(); i++ {
-		if l.queue.At(i).d.ID == t.id {
+	for i := 0; i < l.Queue.Len(); i++ {
+		if l.Queue.At(i).D.ID == t.id {
 			// The failed message itself, waiting for its retry: at the
 			// head, or behind earlier messages of its producer (place).
 			k.Queued--
 			break
 		}
 	}
-	if l.running != nil && l.running.d.ID != t.id {
+	if l.Running != nil && l.Running.D.ID != t.id {
 		k.Queued++
 	}
 	if t.way != nil {
@@ -134,59 +133,59 @@ func (l *lane) heldKey() HeldKey {
 
 // Run runs one turn of the lane: its oldest delivery goes through the
 // call path (call.go), and the lane settles the decision (settle).
-func (l *lane) Run() {
+func (l *Lane) Run() {
 	if j := l.begin(); j != nil {
-		l.r.call(j, l)
+		l.R.Call(j, l)
 	}
 }
 
 // Drop is called by the pool when it discards a turn before it ran, at
 // shutdown: the lane's deliveries are nacked unrun (S7).
-func (l *lane) Drop() {
-	l.update(func(_ time.Time) (fx effects) {
-		l.active, l.turn = false, false
-		l.drain(&fx, engine.Shutdown)
+func (l *Lane) Drop() {
+	l.Update(func(_ time.Time) (fx Effects) {
+		l.Active, l.turn = false, false
+		l.drain(&fx, Shutdown)
 		return fx
 	})
 }
 
-// update is every change to a lane from outside a held shard mutex: f
+// Update is every change to a lane from outside a held shard mutex: f
 // changes it under the mutex, next decides its next turn, and what they
 // decided is applied once the mutex is released (apply). next releases a
-// lane left with nothing.
+// Lane left with nothing.
 //
 // f returns what it decided, rather than being handed a pointer to fill:
 // a pointer passed to a function value escapes, and would cost every
 // settlement an allocation.
-func (l *lane) update(f func(now time.Time) effects) {
+func (l *Lane) Update(f func(now time.Time) Effects) {
 	l.sh.mu.Lock()
 	fx := f(time.Now())
 	l.next(&fx)
 	l.sh.mu.Unlock()
-	l.r.apply(l, &fx)
+	l.R.Apply(l, &fx)
 }
 
 // begin takes the lane's oldest delivery to run it, or returns nil when
 // there is nothing to run now: the lane is shutting down, or its head is
 // not due yet.
-func (l *lane) begin() *job {
-	r := l.r
-	var fx effects
+func (l *Lane) begin() *Job {
+	r := l.R
+	var fx Effects
 	l.sh.mu.Lock()
 	defer func() {
 		l.sh.mu.Unlock()
-		r.apply(l, &fx)
+		r.Apply(l, &fx)
 	}()
 	l.turn = false
-	if r.stopped() {
-		l.active = false
-		l.drain(&fx, engine.Shutdown)
+	if r.Stopped() {
+		l.Active = false
+		l.drain(&fx, Shutdown)
 		l.release()
 		return nil
 	}
-	j, ok := l.queue.Pop()
+	j, ok := l.Queue.Pop()
 	if !ok {
-		l.active = false
+		l.Active = false
 		l.release()
 		return nil
 	}
@@ -194,37 +193,37 @@ func (l *lane) begin() *job {
 	if now.Before(j.notBefore) {
 		// A message that failed for good on an earlier delivery waits
 		// out its backoff before its next call.
-		l.queue.PushFront(j)
-		l.wait(j.notBefore.Sub(now), now)
+		l.Queue.PushFront(j)
+		l.Wait(j.notBefore.Sub(now), now)
 		return nil
 	}
-	l.running, l.busySince = j, now
-	j.d.DeliveryAttempt = j.deliveryAttempt()
+	l.Running, l.busySince = j, now
+	j.D.DeliveryAttempt = j.DeliveryAttempt()
 	return j
 }
 
-// settle is the pull path's door: it delivers the call path's verdict on
+// Settle is the pull path's door: it delivers the call path's verdict on
 // the turn's job and moves the lane on. A success or a copy is acked (S4,
 // S6); a failure is called again after its delay, on a timer, or meets
 // the failure policy the verdict names (lane_failure.go); once Receive is
 // stopping, the job is nacked (S7).
-func (l *lane) settle(j *job, v verdict) {
-	l.update(func(now time.Time) (fx effects) {
-		l.running = nil
+func (l *Lane) Settle(j *Job, v Verdict) {
+	l.Update(func(now time.Time) (fx Effects) {
+		l.Running = nil
 		if v.took > 0 {
 			l.pace = ewma(l.pace, v.took)
 			l.stats.ran(v.took)
 		}
 		l.note(j, v, now, &fx)
-		switch v.out {
-		case engine.Retried:
-			l.retryLater(j, v.delay, now)
-		case engine.Parked:
-			l.r.park.park(l, j, v.err) // park.go: the next flight parks the key
-		case engine.HoldKey:
+		switch v.Out {
+		case Retried:
+			l.retryLater(j, v.Delay, now)
+		case Parked:
+			l.R.park.Park(l, j, v.Err) // park.go: the next flight parks the key
+		case HoldKey:
 			l.hold(j, &fx)
 		default:
-			fx.add(j, v.out) // acked, deduplicated, shutdown, failed
+			fx.Add(j, v.Out) // acked, deduplicated, shutdown, failed
 		}
 		return fx
 	})
@@ -232,48 +231,48 @@ func (l *lane) settle(j *job, v verdict) {
 
 // next decides whether the lane needs another turn now, after a turn or a
 // timer. The shard's mutex must be held.
-func (l *lane) next(fx *effects) {
+func (l *Lane) next(fx *Effects) {
 	switch {
-	case l.running != nil || l.turn || l.retry != nil || l.pk.busy():
+	case l.Running != nil || l.turn || l.Retry != nil || l.Pk.busy():
 		// A turn runs or waits in the pool, or a retry, the barrier or a
 		// flight is pending: it will call next again.
 		return
-	case l.r.stopped():
-		l.drain(fx, engine.Shutdown)
-		l.active = false
+	case l.R.Stopped():
+		l.drain(fx, Shutdown)
+		l.Active = false
 	case l.trouble != nil && l.trouble.held:
 		// Deliveries kept while the key is held wait for the failed
 		// message to come back.
-		l.active = false
-	case l.queue.Len() > 0 && l.r.park != nil && l.r.park.divert(l):
+		l.Active = false
+	case l.Queue.Len() > 0 && l.R.park != nil && l.R.park.Divert(l):
 		// Parking holds the deliveries for the barrier, or moves them to
 		// the parking topic (park.go).
-	case l.queue.Len() > 0:
-		l.active, l.turn = true, true
+	case l.Queue.Len() > 0:
+		l.Active, l.turn = true, true
 		fx.turn = true
 	default:
-		l.active = false
+		l.Active = false
 	}
 	l.release()
 }
 
 // drain takes every queued delivery out of the lane to be nacked with out,
 // and stops its timers, at shutdown. The shard's mutex must be held.
-func (l *lane) drain(fx *effects, out engine.Outcome) {
-	for j, ok := l.queue.Pop(); ok; j, ok = l.queue.Pop() {
-		fx.add(j, out)
+func (l *Lane) drain(fx *Effects, out Outcome) {
+	for j, ok := l.Queue.Pop(); ok; j, ok = l.Queue.Pop() {
+		fx.Add(j, out)
 	}
-	if l.r.clock.stop(l.retry) {
-		l.retry, l.active = nil, false // no turn will come
+	if l.R.clock.stop(l.Retry) {
+		l.Retry, l.Active = nil, false // no turn will come
 	}
 	if t := l.trouble; t != nil {
-		if l.r.clock.stop(t.lapse) {
+		if l.R.clock.stop(t.lapse) {
 			t.lapse = nil
 		}
 		if t.way != nil {
 			for _, j := range t.way.slots {
 				if j != nil {
-					fx.add(j, out)
+					fx.Add(j, out)
 				}
 			}
 			t.way = nil
@@ -282,20 +281,20 @@ func (l *lane) drain(fx *effects, out engine.Outcome) {
 	l.closeRoomGap()
 }
 
-// wait makes the lane's head wait d for its next attempt, holding no
+// Wait makes the lane's head wait d for its next attempt, holding no
 // worker (S5): the lane stays active, so that nothing else submits a turn,
 // until the timer submits one. The shard's mutex must be held.
-func (l *lane) wait(d time.Duration, now time.Time) {
-	l.active = true
+func (l *Lane) Wait(d time.Duration, now time.Time) {
+	l.Active = true
 	if t := l.trouble; t != nil {
 		t.retryAt = now.Add(d)
 	}
-	l.retry = l.r.clock.after(d, l.due)
+	l.Retry = l.R.clock.after(d, l.due)
 }
 
 // due is the retry timer's function: the head's next attempt is due.
-func (l *lane) due() {
-	l.update(func(time.Time) effects { l.retry = nil; return effects{} })
+func (l *Lane) due() {
+	l.Update(func(time.Time) Effects { l.Retry = nil; return Effects{} })
 }
 
 // ewma folds d into the moving average avg, a quarter at a time; the first
@@ -310,46 +309,46 @@ func ewma(avg, d time.Duration) time.Duration {
 // accept decides what becomes of j, a new delivery on l: queued, joined to
 // a delivery of the same message already here, or nacked unrun. The
 // shard's mutex must be held.
-func (l *lane) accept(j *job, now time.Time) engine.Outcome {
-	r := l.r
-	if r.stopped() {
-		return engine.Shutdown // S7
+func (l *Lane) accept(j *Job, now time.Time) Outcome {
+	r := l.R
+	if r.Stopped() {
+		return Shutdown // S7
 	}
-	id := j.d.ID
-	if l.running != nil && l.running.d.ID == id {
-		l.running.join(j.msg, true)
-		return engine.Joined
+	id := j.D.ID
+	if l.Running != nil && l.Running.D.ID == id {
+		l.Running.join(j.Msg, true)
+		return Joined
 	}
-	for i := 0; i < l.queue.Len(); i++ {
-		if q := l.queue.At(i); q.d.ID == id {
-			q.join(j.msg, false)
-			return engine.Joined
+	for i := 0; i < l.Queue.Len(); i++ {
+		if q := l.Queue.At(i); q.D.ID == id {
+			q.join(j.Msg, false)
+			return Joined
 		}
 	}
 	j.fresh = l.holdsNothing()
-	if r.park != nil && l.key != "" {
-		r.park.accept(l) // park.go: the barrier
+	if r.park != nil && l.Key != "" {
+		r.park.Accept(l) // park.go: the barrier
 	}
-	if prior := r.tries.prior(id); prior.failures >= r.cfg.MaxAttempts {
+	if prior := r.tries.prior(id); prior.failures >= r.Cfg.MaxAttempts {
 		// It failed for good on an earlier delivery: one call per
 		// delivery, after its backoff.
-		j.notBefore = now.Add(r.backoff(prior.failures))
+		j.notBefore = now.Add(r.Backoff(prior.failures))
 	}
 	if t := l.trouble; t != nil && t.held {
 		out := l.returning(j) // lane_failure.go: S5, and the order on the way back
-		if out == engine.Queued {
+		if out == Queued {
 			r.take(j)
 		}
 		return out
 	} else if l.roomGap != "" && id != l.roomGap {
-		return engine.Room // S10: an earlier message of the key was sent back
+		return Room // S10: an earlier message of the key was sent back
 	} else if l.closeRoomGap(); !r.room.admit(l, j, now) {
 		l.openRoomGap(id)
-		return engine.Room // S10
+		return Room // S10
 	}
 	l.place(j, now)
 	r.take(j)
-	return engine.Queued
+	return Queued
 }
 
 // place queues j, a new delivery, at the back of the lane, or, on a
@@ -367,68 +366,68 @@ func (l *lane) accept(j *job, now time.Time) engine.Outcome {
 // attempt, runs now: that one keeps its wait (notBefore), and a wait that
 // is not a message's own (a park's backoff) is left alone. The shard's
 // mutex must be held.
-func (l *lane) place(j *job, now time.Time) {
-	i := l.queue.Len()
+func (l *Lane) place(j *Job, now time.Time) {
+	i := l.Queue.Len()
 	if ordersBySeq(l, j) {
 		// The queue holds each producer's deliveries in number order, so
 		// the search from the back ends at the first of them below j.
-		for k := l.queue.Len() - 1; k >= 0; k-- {
-			if q := l.queue.At(k); q.d.Producer == j.d.Producer {
-				if q.d.Seq < j.d.Seq {
+		for k := l.Queue.Len() - 1; k >= 0; k-- {
+			if q := l.Queue.At(k); q.D.Producer == j.D.Producer {
+				if q.D.Seq < j.D.Seq {
 					break
 				}
 				i = k
 			}
 		}
 	}
-	if i == 0 && l.queue.Len() > 0 && l.retry != nil && !l.turn && l.pk.failed == nil &&
-		now.Before(l.queue.At(0).notBefore) && l.r.clock.stop(l.retry) {
-		l.retry, l.active = nil, false // the caller's next submits a turn
+	if i == 0 && l.Queue.Len() > 0 && l.Retry != nil && !l.turn && l.Pk.Failed == nil &&
+		now.Before(l.Queue.At(0).notBefore) && l.R.clock.stop(l.Retry) {
+		l.Retry, l.Active = nil, false // the caller's next submits a turn
 	}
-	l.queue.Insert(i, j)
+	l.Queue.Insert(i, j)
 }
 
-// putBack returns j, which ran or was taken out of the lane, to the head
+// PutBack returns j, which ran or was taken out of the lane, to the head
 // of the lane, behind any delivery of its producer queued with a lower
 // number (place). The shard's mutex must be held.
-func (l *lane) putBack(j *job) {
+func (l *Lane) PutBack(j *Job) {
 	i := 0
 	if ordersBySeq(l, j) {
-		for k := 0; k < l.queue.Len(); k++ {
-			if q := l.queue.At(k); q.d.Producer == j.d.Producer {
-				if q.d.Seq > j.d.Seq {
+		for k := 0; k < l.Queue.Len(); k++ {
+			if q := l.Queue.At(k); q.D.Producer == j.D.Producer {
+				if q.D.Seq > j.D.Seq {
 					break
 				}
 				i = k + 1
 			}
 		}
 	}
-	l.queue.Insert(i, j)
+	l.Queue.Insert(i, j)
 }
 
 // ordersBySeq reports whether j's place in l follows its stamp: a keyed
 // delivery of an ordered subscription, stamped by its producer, from a
 // server that may redeliver out of order.
-func ordersBySeq(l *lane, j *job) bool {
-	return l.r.anyOrder && l.r.sub.Ordered && l.key != "" && j.d.Producer != "" && j.d.Seq != 0
+func ordersBySeq(l *Lane, j *Job) bool {
+	return l.R.anyOrder && l.R.sub.Ordered && l.Key != "" && j.D.Producer != "" && j.D.Seq != 0
 }
 
 // holdsNothing reports whether the lane holds nothing of its key: no
 // delivery queued or running, no retry, hold or flight. The shard's mutex
 // must be held.
-func (l *lane) holdsNothing() bool {
-	return !l.pk.flight && l.running == nil && l.retry == nil && l.queue.Len() == 0 && l.trouble == nil
+func (l *Lane) holdsNothing() bool {
+	return !l.Pk.Flight && l.Running == nil && l.Retry == nil && l.Queue.Len() == 0 && l.trouble == nil
 }
 
-// pushed ends j's call in the lane, which the call path judged v: the
+// Pushed ends j's call in the lane, which the call path judged v: the
 // held-key record notes v, and the lane goes once it holds nothing. It
 // returns the key events to tell.
-func (l *lane) pushed(j *job, v verdict) effects {
-	var fx effects
+func (l *Lane) Pushed(j *Job, v Verdict) Effects {
+	var fx Effects
 	now := time.Now()
 	l.sh.mu.Lock()
 	defer l.sh.mu.Unlock()
-	l.running = nil
+	l.Running = nil
 	if v.took > 0 {
 		l.pace = ewma(l.pace, v.took)
 		l.stats.ran(v.took)
@@ -438,7 +437,7 @@ func (l *lane) pushed(j *job, v verdict) effects {
 	return fx
 }
 
-// unfence moves the lane on once the barrier it waited for has passed.
-func (l *lane) unfence() {
-	l.update(func(time.Time) effects { l.pk.waiting = false; return effects{} })
+// Unfence moves the lane on once the barrier it waited for has passed.
+func (l *Lane) Unfence() {
+	l.Update(func(time.Time) Effects { l.Pk.Waiting = false; return Effects{} })
 }

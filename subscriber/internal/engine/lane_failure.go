@@ -1,11 +1,10 @@
-package subscriber
+package engine
 
 import (
 	"errors"
 	"time"
 
 	"github.com/keyorder/keyorder/publisher"
-	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // A failed handler call is retried after a backoff, on the same delivery,
@@ -24,37 +23,37 @@ import (
 // updates it; a failure for good that holds the key marks it held and
 // tells KeyHeld once; the message's success, or the service giving up on
 // it, ends it. The shard's mutex must be held.
-func (l *lane) note(j *job, v verdict, now time.Time, fx *effects) {
+func (l *Lane) note(j *Job, v Verdict, now time.Time, fx *Effects) {
 	t := l.trouble
 	switch {
-	case v.out == engine.Acked:
-		if t != nil && t.id == j.d.ID {
+	case v.Out == Acked:
+		if t != nil && t.id == j.D.ID {
 			l.endTrouble(fx, ReasonSucceeded, now)
 		}
 		return
-	case v.out == engine.Deduplicated || v.out == engine.Shutdown:
+	case v.Out == Deduplicated || v.Out == Shutdown:
 		return
-	case t == nil || t.id != j.d.ID:
-		t = &trouble{id: j.d.ID, since: now}
+	case t == nil || t.id != j.D.ID:
+		t = &trouble{id: j.D.ID, since: now}
 		l.trouble = t
 	}
-	t.attempt, t.err, t.retryAt = j.d.Attempt, v.err, time.Time{}
-	switch v.out {
-	case engine.Retried:
-		t.retryAt = now.Add(v.delay)
-	case engine.Parked:
+	t.attempt, t.err, t.retryAt = j.D.Attempt, v.Err, time.Time{}
+	switch v.Out {
+	case Retried:
+		t.retryAt = now.Add(v.Delay)
+	case Parked:
 		l.endTrouble(nil, "", now) // parking tells of the park (KeyParked)
-	case engine.Failed:
-		if v.deadLettered && l.key != "" && l.r.sub.Ordered {
+	case Failed:
+		if v.deadLettered && l.Key != "" && l.R.sub.Ordered {
 			// The service forwards the message instead of sending it
 			// back, and goes on with the key.
 			l.endTrouble(fx, ReasonDeadLettered, now)
 		} else {
 			l.trouble = nil // nothing to keep in order behind it (S8)
 		}
-	case engine.HoldKey:
+	case HoldKey:
 		t.held = true
-		t.lapse = l.r.clock.after(l.r.cfg.RedeliveryWait, func() { l.lapsed(t) })
+		t.lapse = l.R.clock.after(l.R.Cfg.RedeliveryWait, func() { l.lapsed(t) })
 		if !t.reported {
 			t.reported = true
 			fx.events = append(fx.events, KeyEvent{Kind: KeyHeld, HeldKey: l.heldKey(), At: now})
@@ -68,12 +67,12 @@ func (l *lane) note(j *job, v verdict, now time.Time, fx *effects) {
 // which runs first. If the service sent the message again while the call
 // ran, the older deliveries are nacked: the newest gets the call. The
 // shard's mutex must be held.
-func (l *lane) retryLater(j *job, d time.Duration, now time.Time) {
+func (l *Lane) retryLater(j *Job, d time.Duration, now time.Time) {
 	j.dropStale()
 	j.notBefore = now.Add(d)
-	l.putBack(j)
-	if l.queue.At(0) == j {
-		l.wait(d, now)
+	l.PutBack(j)
+	if l.Queue.At(0) == j {
+		l.Wait(d, now)
 	} // else an earlier message of its producer came meanwhile, and runs first
 }
 
@@ -81,9 +80,9 @@ func (l *lane) retryLater(j *job, d time.Duration, now time.Time) {
 // failed message is nacked first, then its tail, so that the service
 // sends them back in order, and the key is held until the message comes
 // back (note marked it held). The shard's mutex must be held.
-func (l *lane) hold(j *job, fx *effects) {
-	fx.add(j, engine.Failed)
-	way := newComeback(j.d.ID)
+func (l *Lane) hold(j *Job, fx *Effects) {
+	fx.Add(j, Failed)
+	way := newComeback(j.D.ID)
 	l.nackTail(fx, way)
 	l.trouble.way = way
 	// A room gap (S10) waits for a later message: the failed one now comes
@@ -98,14 +97,14 @@ func (l *lane) hold(j *job, fx *effects) {
 // rather than nacked: a nack would send them to the dead-letter topic
 // without their handler ever running, so they wait in their place for the
 // failed message instead. The shard's mutex must be held.
-func (l *lane) nackTail(fx *effects, way *comeback) {
-	for q, ok := l.queue.Pop(); ok; q, ok = l.queue.Pop() {
-		if l.r.deadLettered(q) {
+func (l *Lane) nackTail(fx *Effects, way *comeback) {
+	for q, ok := l.Queue.Pop(); ok; q, ok = l.Queue.Pop() {
+		if l.R.DeadLettered(q) {
 			way.keep(q)
 			continue
 		}
-		fx.add(q, engine.Tail)
-		way.send(q.d.ID)
+		fx.Add(q, Tail)
+		way.send(q.D.ID)
 	}
 }
 
@@ -123,19 +122,19 @@ func (l *lane) nackTail(fx *effects, way *comeback) {
 // The service sends them again after the failed message and its tail, in
 // order; Google's emulator sends them in the nack request's order, which
 // this cannot mend (DESIGN.md, Lanes). The shard's mutex must be held.
-func (l *lane) returning(j *job) engine.Outcome {
+func (l *Lane) returning(j *Job) Outcome {
 	way := l.trouble.way
 	switch out := way.back(j); {
-	case out != engine.Held:
+	case out != Held:
 		if way.away == 0 {
 			l.comeBack()
 		}
 		return out
-	case l.r.deadLettered(j):
+	case l.R.DeadLettered(j):
 		way.keep(j)
-		return engine.Queued
+		return Queued
 	default:
-		return engine.Held
+		return Held
 	}
 }
 
@@ -143,9 +142,9 @@ func (l *lane) returning(j *job) engine.Outcome {
 // back, and go to the head of the lane in the order this process first
 // received them, the failed one first, whatever order the server sent
 // them back in. The shard's mutex must be held.
-func (l *lane) comeBack() {
+func (l *Lane) comeBack() {
 	t := l.trouble
-	if l.r.clock.stop(t.lapse) {
+	if l.R.clock.stop(t.lapse) {
 		t.lapse = nil
 	}
 	t.held = false
@@ -154,14 +153,14 @@ func (l *lane) comeBack() {
 
 // requeue puts what the hold's way back holds at the head of the lane, in
 // order. The shard's mutex must be held.
-func (l *lane) requeue() {
+func (l *Lane) requeue() {
 	t := l.trouble
 	if t.way == nil {
 		return
 	}
 	for i := len(t.way.slots) - 1; i >= 0; i-- {
 		if j := t.way.slots[i]; j != nil {
-			l.putBack(j)
+			l.PutBack(j)
 		}
 	}
 	t.way = nil
@@ -169,9 +168,9 @@ func (l *lane) requeue() {
 
 // endTrouble ends the lane's trouble, telling the user if a hold was
 // reported, unless fx is nil. The shard's mutex must be held.
-func (l *lane) endTrouble(fx *effects, reason string, now time.Time) {
+func (l *Lane) endTrouble(fx *Effects, reason string, now time.Time) {
 	t := l.trouble
-	if l.r.clock.stop(t.lapse) {
+	if l.R.clock.stop(t.lapse) {
 		t.lapse = nil
 	}
 	l.requeue() // what came back runs, in order
@@ -185,8 +184,8 @@ func (l *lane) endTrouble(fx *effects, reason string, now time.Time) {
 // back after it, did not come back within WithRedeliveryWait, so the
 // service must have sent it to another client, and the key goes on here
 // with what came back, in order. The key showed as held all the while.
-func (l *lane) lapsed(t *trouble) {
-	l.update(func(now time.Time) (fx effects) {
+func (l *Lane) lapsed(t *trouble) {
+	l.Update(func(now time.Time) (fx Effects) {
 		if l.trouble == t && t.held {
 			t.lapse = nil
 			l.endTrouble(&fx, ReasonLapsed, now)
@@ -195,18 +194,18 @@ func (l *lane) lapsed(t *trouble) {
 	})
 }
 
-// skippedTail reports whether err is a publish failed unsent, as the tail
+// SkippedTail reports whether err is a publish failed unsent, as the tail
 // of another message's failure.
-func skippedTail(err error) bool {
+func SkippedTail(err error) bool {
 	pe, ok := errors.AsType[*publisher.PublishError](err)
 	return ok && pe.Skipped
 }
 
 // partition returns the partition of l's key, computing it once. The
 // shard's mutex must be held.
-func (l *lane) partition() int {
+func (l *Lane) partition() int {
 	if l.stats.part == 0 {
-		l.stats.part = int32(l.r.pool.Partition(l.key)) + 1
+		l.stats.part = int32(l.R.pool.Partition(l.Key)) + 1
 	}
 	return int(l.stats.part) - 1
 }
@@ -219,27 +218,27 @@ func (l *lane) partition() int {
 // of which is then second, or running. One job is read in the common case:
 // a Stats of many keys costs a cache miss per job it reads. The shard's
 // mutex must be held.
-func (l *lane) oldest() time.Time {
+func (l *Lane) oldest() time.Time {
 	if l.trouble == nil {
 		switch {
-		case l.running != nil:
-			return l.running.received
-		case l.queue.Len() > 0:
-			return l.queue.At(0).received
+		case l.Running != nil:
+			return l.Running.received
+		case l.Queue.Len() > 0:
+			return l.Queue.At(0).received
 		}
 		return time.Time{}
 	}
 	var t time.Time
-	older := func(j *job) {
+	older := func(j *Job) {
 		if t.IsZero() || j.received.Before(t) {
 			t = j.received
 		}
 	}
-	if l.running != nil {
-		older(l.running)
+	if l.Running != nil {
+		older(l.Running)
 	}
-	for i := 0; i < min(2, l.queue.Len()); i++ {
-		older(l.queue.At(i))
+	for i := 0; i < min(2, l.Queue.Len()); i++ {
+		older(l.Queue.At(i))
 	}
 	return t
 }
@@ -247,39 +246,39 @@ func (l *lane) oldest() time.Time {
 // stuck reports whether l's backlog is not draining: its oldest message is
 // failing, or the backlog would take more than drainLimit at its pace. The
 // shard's mutex must be held.
-func (l *lane) stuck(now time.Time) bool {
+func (l *Lane) stuck(now time.Time) bool {
 	if l.trouble != nil {
 		return true
 	}
 	per := l.pace
-	if l.running != nil {
+	if l.Running != nil {
 		per = max(per, now.Sub(l.busySince))
 	}
-	return time.Duration(l.queue.Len())*per > drainLimit
+	return time.Duration(l.Queue.Len())*per > drainLimit
 }
 
 // shed nacks l's queued deliveries past the backlog if l is stuck. The
 // shard's mutex must be held.
-func (l *lane) shed(now time.Time, fx *effects) {
-	if l.queue.Len() <= l.r.room.perKey || !l.stuck(now) {
+func (l *Lane) shed(now time.Time, fx *Effects) {
+	if l.Queue.Len() <= l.R.room.perKey || !l.stuck(now) {
 		return
 	}
-	tail := l.queue.Truncate(l.r.room.perKey, nil)
-	l.openRoomGap(tail[0].d.ID) // the oldest nacked comes back first
+	tail := l.Queue.Truncate(l.R.room.perKey, nil)
+	l.openRoomGap(tail[0].D.ID) // the oldest nacked comes back first
 	for _, j := range tail {
-		fx.add(j, engine.Room)
+		fx.Add(j, Room)
 	}
 }
 
 // openRoomGap nacks id for room: the key's later deliveries are nacked until
 // it comes back (S10). The shard's mutex must be held.
-func (l *lane) openRoomGap(id string) {
+func (l *Lane) openRoomGap(id string) {
 	if l.roomGap == id {
 		return
 	}
 	l.closeRoomGap()
 	l.roomGap = id
-	l.roomGapEnd = l.r.clock.after(l.r.cfg.RedeliveryWait, func() {
+	l.roomGapEnd = l.R.clock.after(l.R.Cfg.RedeliveryWait, func() {
 		// Not update: the lane may have a turn in the pool, and next
 		// would submit a second one.
 		l.sh.mu.Lock()
@@ -293,10 +292,10 @@ func (l *lane) openRoomGap(id string) {
 
 // closeRoomGap ends the lane's room gap, if it has one. The shard's mutex must be
 // held.
-func (l *lane) closeRoomGap() {
+func (l *Lane) closeRoomGap() {
 	if l.roomGap == "" {
 		return
 	}
-	l.r.clock.stop(l.roomGapEnd)
+	l.R.clock.stop(l.roomGapEnd)
 	l.roomGap, l.roomGapEnd = "", nil
 }

@@ -1,4 +1,4 @@
-package subscriber
+package engine
 
 import (
 	"log/slog"
@@ -10,9 +10,9 @@ import (
 	"github.com/keyorder/keyorder/ordering"
 )
 
-// engineConfig is what the engine runs by: the values of the options
+// Config is what the engine runs by: the values of the options
 // that govern a delivery's way, checked once, by newConfig.
-type engineConfig struct {
+type Config struct {
 	Workers        int
 	Partitions     int
 	KeyBacklog     int
@@ -33,13 +33,13 @@ type engineConfig struct {
 	Logger         *slog.Logger         // nil: slog.Default(), when Receive starts
 }
 
-// engineFacts are what the engine knows of its subscription, from when it
+// Facts are what the engine knows of its subscription, from when it
 // was made.
-type engineFacts struct {
+type Facts struct {
 	Name                        string // projects/P/subscriptions/S
 	Ordered, ExactlyOnce, Parks bool   // Parks: with WithParking
 	DeadLetterAttempts          int    // its dead-letter limit, 0 without a policy
-	Counts                      *counters
+	Counts                      *Counters
 	// Admits reports whether a Replay reads m; nil admits every message.
 	Admits func(m *pubsub.Message) bool
 }

@@ -1,4 +1,4 @@
-package subscriber
+package engine
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -42,31 +43,31 @@ func TestRankingKeepsTheFirst(t *testing.T) {
 func TestOldest(t *testing.T) {
 	t.Parallel()
 	base := time.Now()
-	at := func(s int) *job { return &job{received: base.Add(time.Duration(s) * time.Second)} }
+	at := func(s int) *Job { return &Job{received: base.Add(time.Duration(s) * time.Second)} }
 	for _, tc := range []struct {
 		name    string
 		held    bool
-		running *job
-		queue   []*job
+		running *Job
+		queue   []*Job
 		want    time.Time
 	}{
 		{"empty", false, nil, nil, time.Time{}},
 		{"running only", false, at(3), nil, base.Add(3 * time.Second)},
-		{"queued in arrival order", false, nil, []*job{at(1), at(2), at(3)}, base.Add(time.Second)},
-		{"running before the queue", false, at(1), []*job{at(2), at(3)}, base.Add(time.Second)},
-		{"a retry back at the head", true, nil, []*job{at(1), at(4), at(5)}, base.Add(time.Second)},
-		{"a failed message back in front of the kept", true, nil, []*job{at(9), at(2), at(3)}, base.Add(2 * time.Second)},
-		{"a failed message back and running", true, at(9), []*job{at(2), at(3)}, base.Add(2 * time.Second)},
+		{"queued in arrival order", false, nil, []*Job{at(1), at(2), at(3)}, base.Add(time.Second)},
+		{"running before the queue", false, at(1), []*Job{at(2), at(3)}, base.Add(time.Second)},
+		{"a retry back at the head", true, nil, []*Job{at(1), at(4), at(5)}, base.Add(time.Second)},
+		{"a failed message back in front of the kept", true, nil, []*Job{at(9), at(2), at(3)}, base.Add(2 * time.Second)},
+		{"a failed message back and running", true, at(9), []*Job{at(2), at(3)}, base.Add(2 * time.Second)},
 		{"held, with nothing here", true, nil, nil, time.Time{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			l := &lane{running: tc.running}
+			l := &Lane{Running: tc.running}
 			if tc.held {
 				l.trouble = &trouble{held: true}
 			}
 			for _, j := range tc.queue {
-				l.queue.Push(j)
+				l.Queue.Push(j)
 			}
 			assert.Equal(t, tc.want, l.oldest())
 		})
@@ -76,40 +77,62 @@ func TestOldest(t *testing.T) {
 // liveReceiver returns a receiver, without a server, whose lanes hold keys
 // keys, each with perKey deliveries queued and every tenth with a call
 // running, the oldest key first.
-func liveReceiver(tb testing.TB, keys, perKey int) *Subscription {
+func liveReceiver(tb testing.TB, keys, perKey int) *Engine {
 	tb.Helper()
-	cfg, err := newConfig(nil)
-	require.NoError(tb, err)
-	s := &Subscription{name: "projects/p/subscriptions/s", cfg: cfg, ordered: true}
-	r, err := s.newReceiver(context.Background(), func(context.Context, *Delivery) error { return nil })
+	cfg := testConfig()
+	r, err := New(context.Background(), &cfg, Facts{Name: "projects/p/subscriptions/s", Ordered: true, Counts: &Counters{}}, func(context.Context, *Delivery) error { return nil })
 	require.NoError(tb, err)
 	tb.Cleanup(func() {
 		// The jobs have no messages to settle: stop what runs, only.
-		r.obs.close()
+		r.Obs.Close()
 		_ = r.pool.Stop(context.Background())
 	})
 	start := time.Now().Add(-time.Hour)
 	for k := range keys {
-		r.lanes.with(r, fmt.Sprintf("customer-%06d", k), func(l *lane) {
+		r.Lanes.with(r, fmt.Sprintf("customer-%06d", k), func(l *Lane) {
 			for i := range perKey {
-				j := &job{d: Delivery{ID: fmt.Sprint(k*perKey + i)}, received: start.Add(time.Duration(k*perKey+i) * time.Millisecond)}
+				j := &Job{D: Delivery{ID: fmt.Sprint(k*perKey + i)}, received: start.Add(time.Duration(k*perKey+i) * time.Millisecond)}
 				if i == 0 && k%10 == 0 {
-					l.running, l.busySince = j, j.received
+					l.Running, l.busySince = j, j.received
 					continue
 				}
-				l.queue.Push(j)
+				l.Queue.Push(j)
 			}
 			l.stats.ran(time.Duration(k) * time.Microsecond)
 		})
 	}
-	s.current.Store(r)
-	return s
+	return r
+}
+
+// testConfig is the subscriber's default configuration.
+func testConfig() Config {
+	return Config{
+		Workers: 1000, Partitions: testPartitions, KeyBacklog: 32, MaxAttempts: 5,
+		MinBackoff: 100 * time.Millisecond, MaxBackoff: 5 * time.Second, DrainTimeout: 10 * time.Second,
+		DedupWindow: testDedupWindow, RedeliveryWait: time.Minute, Receive: pubsub.DefaultReceiveSettings,
+		SeqWindow: testSequenceWindow,
+	}
+}
+
+// The subscriber's defaults (DefaultPartitions, DefaultDedupWindow,
+// DefaultSequenceWindow).
+const (
+	testPartitions     = 1 << 16
+	testDedupWindow    = 10_000
+	testSequenceWindow = 10_000
+)
+
+// stats is what Stats reports of r's lanes.
+func stats(r *Engine) Snapshot {
+	var sn Snapshot
+	r.Survey(&sn, time.Now(), true)
+	return sn
 }
 
 func TestStatsOfLiveKeys(t *testing.T) {
 	t.Parallel()
-	s := liveReceiver(t, 1000, 3)
-	st := s.Stats()
+	r := liveReceiver(t, 1000, 3)
+	st := stats(r)
 	assert.Equal(t, 1000, st.Keys)
 	assert.Equal(t, 100, st.Running)
 	assert.Equal(t, 2900, st.Queued)
@@ -125,17 +148,17 @@ func TestStatsOfLiveKeys(t *testing.T) {
 	assert.Greater(t, st.ActivePartitions, 900, "1000 keys over 65,536 partitions rarely share one")
 	for _, p := range st.Partitions {
 		keys, queued := 0, 0
-		s.current.Load().lanes.each(func(l *lane) {
-			if ordering.Partition(l.key, DefaultPartitions) == p.Partition {
+		r.Lanes.each(func(l *Lane) {
+			if ordering.Partition(l.Key, testPartitions) == p.Partition {
 				keys++
-				queued += l.queue.Len()
+				queued += l.Queue.Len()
 			}
 		})
 		assert.Equal(t, keys, p.Keys, "partition %d", p.Partition)
 		assert.Equal(t, queued, p.Queued, "partition %d", p.Partition)
 	}
 
-	again := s.Stats()
+	again := stats(r)
 	assert.Equal(t, st.ActivePartitions, again.ActivePartitions, "the scratch is cleared between calls")
 	for i := range st.Partitions {
 		st.Partitions[i].RunningFor, again.Partitions[i].RunningFor = 0, 0
@@ -148,18 +171,17 @@ func TestStatsOfLiveKeys(t *testing.T) {
 // counts and held keys: "counts") and beside ranking by a full sort of
 // every key ("sort").
 func BenchmarkStats(b *testing.B) {
-	s := liveReceiver(b, 100_000, 3)
-	r := s.current.Load()
+	r := liveReceiver(b, 100_000, 3)
 	b.Run("counts", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			r.lanes.snapshot()
+			r.Lanes.Snapshot()
 		}
 	})
 	b.Run("ranked", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			s.Stats()
+			stats(r)
 		}
 	})
 	b.Run("sort", func(b *testing.B) {
@@ -167,9 +189,9 @@ func BenchmarkStats(b *testing.B) {
 		for b.Loop() {
 			now := time.Now()
 			var all []KeyStats
-			r.lanes.each(func(l *lane) {
-				all = append(all, KeyStats{Key: l.key, Partition: r.pool.Partition(l.key), Queued: l.queue.Len(),
-					Running: l.running != nil, Age: now.Sub(l.oldest()), Calls: l.stats.calls, Busy: l.stats.busy})
+			r.Lanes.each(func(l *Lane) {
+				all = append(all, KeyStats{Key: l.Key, Partition: r.pool.Partition(l.Key), Queued: l.Queue.Len(),
+					Running: l.Running != nil, Age: now.Sub(l.oldest()), Calls: l.stats.calls, Busy: l.stats.busy})
 			})
 			sort.Slice(all, func(i, j int) bool { return moreBacklog(all[i], all[j]) })
 			_ = slices.Clone(all[:StatsTop])

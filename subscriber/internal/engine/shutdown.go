@@ -1,4 +1,4 @@
-package subscriber
+package engine
 
 import (
 	"context"
@@ -41,9 +41,9 @@ import (
 // Nack is called once the official Receive has returned (nackLeftovers),
 // for the official client's books, and is not sent again.
 
-// nackTimeout bounds the official client's nack of what is left at
+// NackTimeout bounds the official client's nack of what is left at
 // shutdown.
-const nackTimeout = 30 * time.Second
+const NackTimeout = 30 * time.Second
 
 // ackFlush is how long the acks handed to the official client may wait to
 // be sent: it sends them every 100 ms, and drops those still pending when
@@ -71,31 +71,18 @@ type ending struct {
 	cut bool
 }
 
-// ShutdownBound is how long [Subscription.Receive], or
-// [Subscription.Close] on a push endpoint, may take past the drain timeout
-// ([WithDrainTimeout]) once its context ends (Close: once it is called),
-// whatever the server does: up, gone, unreachable or hanging (S7). The
-// drain timeout is the handlers' and the flights' to the parking topic;
-// within the next 1.5 s acks are flushed, the leftovers nacked, the
-// control log's last events sent and the subscriptions made for parking
-// deleted, as far as the server answers; the rest is for returning. Give
-// a process drain timeout plus ShutdownBound to stop, as Kubernetes'
-// terminationGracePeriodSeconds.
-//
-// A server that does not answer by then keeps some of the official
-// client's goroutines running past Receive's return: they wait for their
-// requests in flight, retried up to the official client's timeouts (a
-// minute), and exit on their own; Receive logs that it did not wait. What
-// they did not send is what a process that died leaves: leases that run
-// out, and subscriptions made for parking that expire after a day idle.
+// ShutdownBound is how long a Receive, or the Close of a push endpoint,
+// may take past the drain timeout once its context ends, whatever the
+// server does (S7): subscriber.ShutdownBound, whose doc says what it
+// covers.
 const ShutdownBound = 2 * time.Second
 
 // shutdownGrace is the part of ShutdownBound the shutdown waits for the
 // server after the drain timeout.
 const shutdownGrace = 1500 * time.Millisecond
 
-// begin starts the shutdown's clock.
-func (e *ending) begin(drain time.Duration) {
+// Begin starts the shutdown's clock.
+func (e *ending) Begin(drain time.Duration) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.late == nil {
@@ -104,9 +91,9 @@ func (e *ending) begin(drain time.Duration) {
 	}
 }
 
-// deadline returns a context that ends when the shutdown's waits for the
+// Deadline returns a context that ends when the shutdown's waits for the
 // server must give up, and never ends before the shutdown began.
-func (e *ending) deadline() context.Context {
+func (e *ending) Deadline() context.Context {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.late == nil {
@@ -118,23 +105,23 @@ func (e *ending) deadline() context.Context {
 // left returns how long the shutdown may still wait for the server, 0
 // once its time is up.
 func (e *ending) left() time.Duration {
-	d, ok := e.deadline().Deadline()
+	d, ok := e.Deadline().Deadline()
 	if !ok {
 		return 0
 	}
 	return max(time.Until(d), 0)
 }
 
-// drainEnd returns when the drain timeout ends: d after the shutdown
+// DrainEnd returns when the drain timeout ends: d after the shutdown
 // began.
-func (e *ending) drainEnd(d time.Duration) time.Time {
+func (e *ending) DrainEnd(d time.Duration) time.Time {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.began.Add(d)
 }
 
-// end releases the shutdown's clock, once Receive returns.
-func (e *ending) end() {
+// End releases the shutdown's clock, once Receive returns.
+func (e *ending) End() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.cancelLate != nil {
@@ -148,13 +135,13 @@ func (e *ending) acked() { e.lastAck.Store(int64(time.Since(e.born))) }
 // hold keeps the deliveries of j, which the shutdown nacks, unsettled
 // until the streams are closed, and reports whether it did. j is settled,
 // and counted, as nacked.
-func (e *ending) hold(j *job) bool {
+func (e *ending) hold(j *Job) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
 		return false
 	}
 	e.held = append(e.held, j.stale...)
-	e.held = append(e.held, j.msg)
+	e.held = append(e.held, j.Msg)
 	return true
 }

@@ -1,4 +1,4 @@
-package subscriber
+package engine
 
 import (
 	"context"
@@ -13,7 +13,6 @@ import (
 
 	"github.com/keyorder/keyorder/internal/telemetry"
 	"github.com/keyorder/keyorder/ordering"
-	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // A recorder turns the events a Receive already has into metrics and logs:
@@ -26,7 +25,7 @@ import (
 // since they are needed to act on a hold. Nothing is logged per message
 // at Info or above, except panics, which are bugs.
 type recorder struct {
-	log *slog.Logger // with the subscription
+	Log *slog.Logger // with the subscription
 
 	deliveries metric.Int64Counter
 	// unverifiedStamps counts stamps refused for their signature
@@ -37,7 +36,7 @@ type recorder struct {
 	gauges           metric.Registration // nil if registering failed
 
 	// The attribute sets, made once: a measurement costs no allocation.
-	settledAs [engine.NumOutcomes][]metric.AddOption
+	settledAs [NumOutcomes][]metric.AddOption
 	calledAs  [3][]metric.RecordOption // by callOK, callError, callPanic
 
 	// refused counts push requests refused since the last warning, and
@@ -79,12 +78,12 @@ type gaugeSource func() (held, queued int, oldest time.Duration)
 
 // newRecorder returns the recorder of a Receive of s, whose gauges report
 // what look returns while the Receive runs. close unregisters them.
-func newRecorder(cfg *engineConfig, name string, look gaugeSource) *recorder {
+func newRecorder(cfg *Config, name string, look gaugeSource) *recorder {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default() // resolved now, so that SetDefault before Receive counts
 	}
-	o := &recorder{log: log.With(slog.String("subscription", name)),
+	o := &recorder{Log: log.With(slog.String("subscription", name)),
 		unverifiedLog: newLogLimit(time.Hour), gapLog: newLogLimit(time.Minute)}
 	m := telemetry.Meter(cfg.MeterProvider, meterName)
 	var errs []error
@@ -136,7 +135,7 @@ func newRecorder(cfg *engineConfig, name string, look gaugeSource) *recorder {
 		}
 	}
 
-	for out := range engine.NumOutcomes {
+	for out := range NumOutcomes {
 		kv := []attribute.KeyValue{sub, attribute.String(attrOutcome, out.String())}
 		if out.Reason() != "" {
 			kv = append(kv, attribute.String(attrReason, out.Reason()))
@@ -150,15 +149,15 @@ func newRecorder(cfg *engineConfig, name string, look gaugeSource) *recorder {
 	return o
 }
 
-// close unregisters the gauges when the Receive ends.
-func (o *recorder) close() {
+// Close unregisters the gauges when the Receive ends.
+func (o *recorder) Close() {
 	if o.gauges != nil {
 		_ = o.gauges.Unregister()
 	}
 }
 
 // settled records that a delivery was settled with out.
-func (o *recorder) settled(out engine.Outcome) {
+func (o *recorder) settled(out Outcome) {
 	o.deliveries.Add(context.Background(), 1, o.settledAs[out]...)
 }
 
@@ -166,29 +165,29 @@ func (o *recorder) settled(out engine.Outcome) {
 // error, whatever the door and the failure policy: deadLettered is set
 // when it is nacked on its last delivery, which the service forwards to
 // the dead-letter topic.
-func (o *recorder) messageFailed(j *job, deadLettered bool) {
-	o.log.LogAttrs(j.ctxOr(), slog.LevelWarn, "keyorder/subscriber: message failed for good", logFailure(j, deadLettered)...)
+func (o *recorder) messageFailed(j *Job, deadLettered bool) {
+	o.Log.LogAttrs(j.ctxOr(), slog.LevelWarn, "keyorder/subscriber: message failed for good", logFailure(j, deadLettered)...)
 }
 
 // handled records a handler call of j, judged v. A panic is logged with
 // its stack, at Error; an error at Debug, since a failure for good is
 // logged when it is settled.
-func (o *recorder) handled(j *job, v verdict) {
-	if v.err == nil {
+func (o *recorder) handled(j *Job, v Verdict) {
+	if v.Err == nil {
 		o.duration.Record(context.Background(), v.took.Seconds(), o.calledAs[callOK]...)
 		return
 	}
-	o.failedCall(j, v.took, v.err)
+	o.failedCall(j, v.took, v.Err)
 }
 
 // failedCall is handled for a call that failed. Apart, so that pe, which
 // escapes, costs no allocation to calls that succeed.
-func (o *recorder) failedCall(j *job, d time.Duration, err error) {
+func (o *recorder) failedCall(j *Job, d time.Duration, err error) {
 	var pe *PanicError
 	if errors.As(err, &pe) {
 		o.duration.Record(context.Background(), d.Seconds(), o.calledAs[callPanic]...)
-		o.log.LogAttrs(j.ctx, slog.LevelError, "keyorder/subscriber: handler panicked",
-			slog.String("key", j.d.Key), slog.String("message_id", j.d.ID), slog.Int("attempt", j.d.Attempt),
+		o.Log.LogAttrs(j.Ctx, slog.LevelError, "keyorder/subscriber: handler panicked",
+			slog.String("key", j.D.Key), slog.String("message_id", j.D.ID), slog.Int("attempt", j.D.Attempt),
 			slog.Any("panic", pe.Value), slog.String("stack", string(pe.Stack)))
 		return
 	}
@@ -197,9 +196,9 @@ func (o *recorder) failedCall(j *job, d time.Duration, err error) {
 	if errors.Is(err, ErrHandlerExited) {
 		level = slog.LevelError // a bug, as a panic is
 	}
-	if o.log.Enabled(j.ctx, level) {
-		o.log.LogAttrs(j.ctx, level, "keyorder/subscriber: handler failed",
-			slog.String("key", j.d.Key), slog.String("message_id", j.d.ID), slog.Int("attempt", j.d.Attempt),
+	if o.Log.Enabled(j.Ctx, level) {
+		o.Log.LogAttrs(j.Ctx, level, "keyorder/subscriber: handler failed",
+			slog.String("key", j.D.Key), slog.String("message_id", j.D.ID), slog.Int("attempt", j.D.Attempt),
 			slog.Any("error", err))
 	}
 }
@@ -211,29 +210,29 @@ func (o *recorder) keyEvent(ev KeyEvent) {
 	}
 	switch ev.Kind {
 	case KeyHeld:
-		o.log.LogAttrs(context.Background(), slog.LevelWarn, "keyorder/subscriber: key held",
+		o.Log.LogAttrs(context.Background(), slog.LevelWarn, "keyorder/subscriber: key held",
 			append(attrs, slog.Any("error", ev.Err))...)
 	case KeyReleased:
-		o.log.LogAttrs(context.Background(), slog.LevelInfo, "keyorder/subscriber: key released",
+		o.Log.LogAttrs(context.Background(), slog.LevelInfo, "keyorder/subscriber: key released",
 			append(attrs, slog.String("reason", ev.Reason), slog.Duration("since_failure", ev.At.Sub(ev.Since)))...)
 	case KeyParked:
-		o.log.LogAttrs(context.Background(), slog.LevelWarn, "keyorder/subscriber: key parked",
+		o.Log.LogAttrs(context.Background(), slog.LevelWarn, "keyorder/subscriber: key parked",
 			append(attrs, slog.Any("error", ev.Err))...)
 	case KeyUnparked:
 		// The message that parked the key ran in the release; its calls
 		// before the park are not kept, so no attempt is logged.
-		o.log.LogAttrs(context.Background(), slog.LevelInfo, "keyorder/subscriber: key unparked",
+		o.Log.LogAttrs(context.Background(), slog.LevelInfo, "keyorder/subscriber: key unparked",
 			slog.String("key", ev.Key), slog.String("message_id", ev.MessageID),
 			slog.Duration("parked_for", ev.At.Sub(ev.Since)))
 	}
 }
 
-// releaseRequestFailed logs that a release request this Receive carried
+// ReleaseRequestFailed logs that a release request this Receive carried
 // out did not end with the key unparked: a released message failed for
 // good again, which ends the request, or the release could not go on,
 // and is tried again (retry).
-func (o *recorder) releaseRequestFailed(key, requester string, err error, retry bool) {
-	o.log.LogAttrs(context.Background(), slog.LevelWarn, "keyorder/subscriber: release request failed",
+func (o *recorder) ReleaseRequestFailed(key, requester string, err error, retry bool) {
+	o.Log.LogAttrs(context.Background(), slog.LevelWarn, "keyorder/subscriber: release request failed",
 		slog.String("key", key), slog.String("requested_by", requester), slog.Any("error", err), slog.Bool("retry", retry))
 }
 
@@ -241,13 +240,13 @@ func (o *recorder) releaseRequestFailed(key, requester string, err error, retry 
 // client, whose requests the server did not answer in time (see
 // ShutdownBound).
 func (o *recorder) shutdownCut() {
-	o.log.LogAttrs(context.Background(), slog.LevelWarn, "keyorder/subscriber: the server did not answer the shutdown in time; Receive returns without waiting for the official client")
+	o.Log.LogAttrs(context.Background(), slog.LevelWarn, "keyorder/subscriber: the server did not answer the shutdown in time; Receive returns without waiting for the official client")
 }
 
 // callbackPanicked logs a panic in a user callback (WithErrorHandler,
 // WithKeyEvents), once, with its stack.
 func (o *recorder) callbackPanicked(what string, v any, stack []byte) {
-	o.log.LogAttrs(context.Background(), slog.LevelError, "keyorder/subscriber: "+what+" panicked",
+	o.Log.LogAttrs(context.Background(), slog.LevelError, "keyorder/subscriber: "+what+" panicked",
 		slog.Any("panic", v), slog.String("stack", string(stack)))
 }
 
@@ -283,7 +282,7 @@ func (o *recorder) gap(ctx context.Context, key, producer string, first, last ui
 			level = slog.LevelDebug
 		}
 	}
-	if !o.log.Enabled(ctx, level) {
+	if !o.Log.Enabled(ctx, level) {
 		return
 	}
 	attrs := []slog.Attr{slog.String("key", key), slog.String("producer", producer),
@@ -292,26 +291,26 @@ func (o *recorder) gap(ctx context.Context, key, producer string, first, last ui
 	if since > 0 {
 		attrs = append(attrs, slog.Int64("suppressed_since_last_warning", since))
 	}
-	o.log.LogAttrs(ctx, level, "keyorder/subscriber: sequence gap", attrs...)
+	o.Log.LogAttrs(ctx, level, "keyorder/subscriber: sequence gap", attrs...)
 }
 
-// pushRefused logs a push request refused before the handler ran: a bad
+// PushRefused logs a push request refused before the handler ran: a bad
 // or missing token, another account's, or a body that is not a push of
 // this subscription. It is either a misconfiguration or someone who
 // should not be calling, so it is logged at Warn, but once a minute at
 // most, with the count refused since: anyone who finds the URL could
 // otherwise flood the log. The others go to Debug.
-func (o *recorder) pushRefused(ctx context.Context, status int, err error) {
+func (o *recorder) PushRefused(ctx context.Context, status int, err error) {
 	n := o.refused.Add(1)
 	now := time.Now().UnixNano()
 	if last := o.refusedLogged.Load(); now-last >= int64(time.Minute) && o.refusedLogged.CompareAndSwap(last, now) {
 		o.refused.Add(-n)
-		o.log.LogAttrs(ctx, slog.LevelWarn, "keyorder/subscriber: push request refused",
+		o.Log.LogAttrs(ctx, slog.LevelWarn, "keyorder/subscriber: push request refused",
 			slog.Int("status", status), slog.Any("error", err), slog.Int64("refused_since_last_warning", n))
 		return
 	}
-	if o.log.Enabled(ctx, slog.LevelDebug) {
-		o.log.LogAttrs(ctx, slog.LevelDebug, "keyorder/subscriber: push request refused",
+	if o.Log.Enabled(ctx, slog.LevelDebug) {
+		o.Log.LogAttrs(ctx, slog.LevelDebug, "keyorder/subscriber: push request refused",
 			slog.Int("status", status), slog.Any("error", err))
 	}
 }
@@ -327,7 +326,7 @@ func (o *recorder) sequenceDuplicate(ctx context.Context, first bool, key, produ
 	if first {
 		level = slog.LevelInfo
 	}
-	o.log.LogAttrs(ctx, level, "keyorder/subscriber: duplicate sequence number",
+	o.Log.LogAttrs(ctx, level, "keyorder/subscriber: duplicate sequence number",
 		slog.String("key", key), slog.String("producer", producer), slog.String("seq", ordering.FormatSeq(seq)),
 		slog.String("message_id", id))
 }
@@ -336,7 +335,7 @@ func (o *recorder) sequenceDuplicate(ctx context.Context, first bool, key, produ
 // of the sequence window was reached, and what it forgot runs rather than
 // being taken for a copy (S12). At Info: a duplicate run, not a loss.
 func (o *recorder) sequenceRerun(ctx context.Context, key, producer string, seq uint64, id string) {
-	o.log.LogAttrs(ctx, slog.LevelInfo, "keyorder/subscriber: sequence number may have run before",
+	o.Log.LogAttrs(ctx, slog.LevelInfo, "keyorder/subscriber: sequence number may have run before",
 		slog.String("key", key), slog.String("producer", producer), slog.String("seq", ordering.FormatSeq(seq)),
 		slog.String("message_id", id))
 }

@@ -1,6 +1,4 @@
-package subscriber
-
-import "github.com/keyorder/keyorder/subscriber/internal/engine"
+package engine
 
 // A comeback is the way back of a held key's messages: the failed one and
 // the tail the hold sent back after it, in the order this process first
@@ -12,7 +10,7 @@ import "github.com/keyorder/keyorder/subscriber/internal/engine"
 // a map.
 type comeback struct {
 	pos   map[string]int // a message's place, by ID
-	slots []*job         // in order; nil for one still away
+	slots []*Job         // in order; nil for one still away
 	away  int            // how many are still away
 }
 
@@ -33,25 +31,25 @@ func (c *comeback) send(id string) {
 }
 
 // keep gives j, kept here, the next place.
-func (c *comeback) keep(j *job) {
-	c.pos[j.d.ID] = len(c.slots)
+func (c *comeback) keep(j *Job) {
+	c.pos[j.D.ID] = len(c.slots)
 	c.slots = append(c.slots, j)
 }
 
 // back puts j, a delivery of a message that has a place, in it: queued, or
-// joined to the delivery there. A message with no place is engine.Held.
-func (c *comeback) back(j *job) engine.Outcome {
-	i, ok := c.pos[j.d.ID]
+// joined to the delivery there. A message with no place is Held.
+func (c *comeback) back(j *Job) Outcome {
+	i, ok := c.pos[j.D.ID]
 	switch {
 	case !ok:
-		return engine.Held
+		return Held
 	case c.slots[i] != nil:
-		c.slots[i].join(j.msg, false)
-		return engine.Joined
+		c.slots[i].join(j.Msg, false)
+		return Joined
 	}
 	c.slots[i] = j
 	c.away--
-	return engine.Queued
+	return Queued
 }
 
 // held returns the jobs waiting on the way back.

@@ -1,11 +1,9 @@
-package subscriber
+package engine
 
 import (
 	"strings"
-	"time"
 
 	"github.com/keyorder/keyorder/ordering"
-	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // Sequence checks use the stamp a producer puts on each keyed message
@@ -82,10 +80,10 @@ import (
 // for a copy (S12).
 const DeadLetterSourceAttribute = "CloudPubSubDeadLetterSourceSubscription"
 
-// isRedriven reports whether a message with attrs came back from a
+// IsRedriven reports whether a message with attrs came back from a
 // dead-letter topic. An unwrapped push carries its attributes as HTTP
 // headers, whose names arrive lower-cased.
-func isRedriven(attrs map[string]string) bool {
+func IsRedriven(attrs map[string]string) bool {
 	_, ok := attrs[DeadLetterSourceAttribute]
 	if !ok {
 		_, ok = attrs[redrivenHeader]
@@ -97,19 +95,8 @@ func isRedriven(attrs map[string]string) bool {
 // request's header carries it.
 var redrivenHeader = strings.ToLower(DeadLetterSourceAttribute)
 
-// A Gap is a run of a producer's sequence numbers for a key that Receive
-// has not processed, found when a later number of the same key and
-// producer came up for processing. [WithGapHandler] is told of each.
-type Gap = engine.Gap
-
 // startsLate reports whether seq is above the first number of its epoch.
 func startsLate(seq uint64) bool {
 	_, n := ordering.SplitSeq(seq)
 	return n > 1
 }
-
-// gapQuiet was how long a key had to be quiet here for a gap before its
-// next message to be uncertain; any absence now makes it so, since a key
-// may move to another client and back within a second. Only a test sets
-// it (SetGapQuiet); nothing reads it.
-var gapQuiet = time.Second

@@ -1,4 +1,4 @@
-package subscriber
+package engine
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/keyorder/keyorder/ordering"
-	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // The call path. Every handler call goes through call, whatever brought
@@ -47,69 +46,69 @@ import (
 // the control log, waits to call it again, or stops; a push request
 // answers with a status, or moves the message to the parking topic.
 
-// A door is an entry point's side of the call path: it delivers each
-// verdict the path reaches. settle is called once per call, on the
+// A Door is an entry point's side of the call path: it delivers each
+// verdict the path reaches. Settle is called once per call, on the
 // calling goroutine, even when the handler exits it.
-type door interface {
-	settle(j *job, v verdict)
+type Door interface {
+	Settle(j *Job, v Verdict)
 }
 
-// A verdict is what the call path made of one call of a job.
-type verdict struct {
-	out   engine.Outcome // engine.Acked to engine.Failed
-	err   error          // the handler's error; nil unless it failed
-	delay time.Duration  // engine.Retried: the wait before the next call
-	took  time.Duration  // the handler call's duration; 0 if not called
+// A Verdict is what the call path made of one call of a job.
+type Verdict struct {
+	Out   Outcome       // Acked to Failed
+	Err   error         // the handler's error; nil unless it failed
+	Delay time.Duration // Retried: the wait before the next call
+	took  time.Duration // the handler call's duration; 0 if not called
 	// deadLettered is set when the message fails for good on its last
 	// delivery: nacked, the service forwards it to the dead-letter topic.
 	deadLettered bool
 }
 
-// call runs j through the call path and hands the verdict to d. j.d is
+// Call runs j through the call path and hands the verdict to d. j.d is
 // complete but for Attempt, which call sets from the attempts window.
-func (r *receiver) call(j *job, d door) {
+func (r *Engine) Call(j *Job, d Door) {
 	// What runtime.Goexit leaves: judged as a failed call once the handler
 	// was called; before that (a logger of the user's that exits, while
 	// the checks log), a retry that costs no attempt, never an ack.
-	v := verdict{out: engine.Retried, err: ErrHandlerExited, delay: r.cfg.MinBackoff}
+	v := Verdict{Out: Retried, Err: ErrHandlerExited, Delay: r.Cfg.MinBackoff}
 	var began time.Time
 	var gap *Gap
 	defer func() {
 		if !began.IsZero() {
 			v.took = time.Since(began)
 			v = r.judge(j, v)
-			r.obs.handled(j, v)
+			r.Obs.handled(j, v)
 		}
 		r.conclude(j, v)
-		d.settle(j, v)
+		d.Settle(j, v)
 		if gap != nil {
 			r.reportGap(*gap) // user code, once the message is settled
 		}
 	}()
-	if r.stopped() {
-		v = verdict{out: engine.Shutdown} // S7
+	if r.Stopped() {
+		v = Verdict{Out: Shutdown} // S7
 		return
 	}
-	if r.processedBefore(j.d.ID) {
-		v = verdict{out: engine.Deduplicated} // S6
+	if r.processedBefore(j.D.ID) {
+		v = Verdict{Out: Deduplicated} // S6
 		return
 	}
 	now := time.Now()
 	var isCopy bool
 	if isCopy, gap = r.checkSequence(j, now); isCopy {
-		v = verdict{out: engine.Deduplicated} // S12
+		v = Verdict{Out: Deduplicated} // S12
 		return
 	}
-	j.d.Attempt = r.tries.prior(j.d.ID).calls + 1
+	j.D.Attempt = r.tries.prior(j.D.ID).calls + 1
 	began = now
-	v.err = invokeHandler(r.h, handlerContext{Context: j.ctx, life: j.lifeOr(r.handlerCtx)}, &j.d)
-	if v.err != nil {
-		r.reportError(j, v.err) // v is kept if this exits the goroutine
+	v.Err = InvokeHandler(r.h, handlerContext{Context: j.Ctx, life: j.lifeOr(r.HandlerCtx)}, &j.D)
+	if v.Err != nil {
+		r.reportError(j, v.Err) // v is kept if this exits the goroutine
 	}
 }
 
-// invokeHandler calls h once, turning a panic into a *PanicError.
-func invokeHandler(h Handler, ctx context.Context, d *Delivery) (err error) {
+// InvokeHandler calls h once, turning a panic into a *PanicError.
+func InvokeHandler(h Handler, ctx context.Context, d *Delivery) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = &PanicError{Value: v, Stack: debug.Stack()}
@@ -119,102 +118,102 @@ func invokeHandler(h Handler, ctx context.Context, d *Delivery) (err error) {
 }
 
 // judge decides what becomes of a call that ended with v.err (S5).
-func (r *receiver) judge(j *job, v verdict) verdict {
-	if v.err == nil {
-		return verdict{out: engine.Acked, took: v.took}
+func (r *Engine) judge(j *Job, v Verdict) Verdict {
+	if v.Err == nil {
+		return Verdict{Out: Acked, took: v.took}
 	}
-	if r.stopped() {
-		return verdict{out: engine.Shutdown, err: v.err, took: v.took} // no retries once stopping (S7)
+	if r.Stopped() {
+		return Verdict{Out: Shutdown, Err: v.Err, took: v.took} // no retries once stopping (S7)
 	}
 	var later *RetryAfterError
-	counted := !errors.As(v.err, &later)
-	failures := r.tries.fail(j.d.ID, j.d.Attempt, counted)
-	v.out, v.delay = engine.Retried, r.backoff(failures)
+	counted := !errors.As(v.Err, &later)
+	failures := r.tries.fail(j.D.ID, j.D.Attempt, counted)
+	v.Out, v.Delay = Retried, r.Backoff(failures)
 	if later != nil {
-		v.delay = later.Delay
+		v.Delay = later.Delay
 	}
 	// A newer delivery that came during the call gets a call of its own:
 	// the one that failed may be stale (its lease ran out).
-	spent := counted && (failures >= r.cfg.MaxAttempts || errors.As(v.err, new(*PermanentError))) && !j.redelivered.Load()
+	spent := counted && (failures >= r.Cfg.MaxAttempts || errors.As(v.Err, new(*PermanentError))) && !j.redelivered.Load()
 	// A door that retries by a nack (push) would have the service
 	// dead-letter a message on its last delivery: with parking, parking
 	// wins, on every door, so that the key's later messages wait.
-	lastChance := j.retriesByNack && r.parks(j) && r.deadLettered(j)
+	lastChance := j.RetriesByNack && r.parks(j) && r.DeadLettered(j)
 	if spent || lastChance {
-		v.out = r.policy(j)
+		v.Out = r.policy(j)
 	}
-	if v.out == engine.Failed || v.out == engine.HoldKey {
-		v.deadLettered = r.deadLettered(j)
+	if v.Out == Failed || v.Out == HoldKey {
+		v.deadLettered = r.DeadLettered(j)
 		if v.deadLettered {
-			v.out = engine.Failed // the service goes on with the key without it
+			v.Out = Failed // the service goes on with the key without it
 		}
 	}
 	return v
 }
 
 // policy is the failure policy for j, which failed for good (S5).
-func (r *receiver) policy(j *job) engine.Outcome {
+func (r *Engine) policy(j *Job) Outcome {
 	switch {
 	case r.parks(j):
-		return engine.Parked
-	case j.d.Key != "" && r.sub.Ordered:
-		return engine.HoldKey
+		return Parked
+	case j.D.Key != "" && r.sub.Ordered:
+		return HoldKey
 	}
-	return engine.Failed // nothing to keep in order behind it (S8)
+	return Failed // nothing to keep in order behind it (S8)
 }
 
 // parks reports whether a failure for good of j parks its key.
-func (r *receiver) parks(j *job) bool {
-	return r.sub.Parks && r.sub.Ordered && j.d.Key != ""
+func (r *Engine) parks(j *Job) bool {
+	return r.sub.Parks && r.sub.Ordered && j.D.Key != ""
 }
 
 // conclude applies the consequences of v, the verdict on j, that every
 // door shares: the record of a success (S6, S12), the attempts, the
 // counts and the log of a failure for good.
-func (r *receiver) conclude(j *job, v verdict) {
-	id := j.d.ID
-	switch k := v.out; {
-	case k == engine.Acked:
+func (r *Engine) conclude(j *Job, v Verdict) {
+	id := j.D.ID
+	switch k := v.Out; {
+	case k == Acked:
 		r.seen.add(id)
 		r.processedStamp(j)
-		if j.d.Attempt > 1 {
+		if j.D.Attempt > 1 {
 			r.tries.succeed(id)
 		}
-	case k == engine.Retried:
+	case k == Retried:
 		r.sub.Counts.Retried.Add(1)
 	case k.ForGood():
-		j.err = v.err
+		j.err = v.Err
 		if r.tries.giveUp(id) {
 			r.sub.Counts.Failed.Add(1) // once per message
 		}
 		if v.deadLettered {
 			r.sub.Counts.DeadLettered.Add(1)
 		}
-		if k == engine.Parked {
+		if k == Parked {
 			r.tries.succeed(id) // a release gives it its attempts afresh
 		}
-		r.obs.messageFailed(j, v.deadLettered)
+		r.Obs.messageFailed(j, v.deadLettered)
 	}
 }
 
 // processedBefore reports whether the message id was processed already:
 // in this Receive (S6), or, with parking, by the release of a park that
 // has ended since (its ack may have been lost).
-func (r *receiver) processedBefore(id string) bool {
-	return r.seen.contains(id) || (r.park != nil && r.park.releasedLately(id))
+func (r *Engine) processedBefore(id string) bool {
+	return r.seen.contains(id) || (r.park != nil && r.park.ReleasedLately(id))
 }
 
 // logFailure is the attribute set of a failure for good's log.
-func logFailure(j *job, deadLettered bool) []slog.Attr {
+func logFailure(j *Job, deadLettered bool) []slog.Attr {
 	return []slog.Attr{
-		slog.String("key", j.d.Key), slog.String("message_id", j.d.ID), slog.Int("attempt", j.d.Attempt),
+		slog.String("key", j.D.Key), slog.String("message_id", j.D.ID), slog.Int("attempt", j.D.Attempt),
 		slog.Any("error", j.err), slog.Bool("dead_lettered", deadLettered),
 	}
 }
 
 // sequenced reports whether j's stamp is checked in this Receive.
-func (r *receiver) sequenced(j *job) bool {
-	return r.seqs != nil && r.sub.Ordered && j.d.Key != "" && j.d.Seq != 0
+func (r *Engine) sequenced(j *Job) bool {
+	return r.seqs != nil && r.sub.Ordered && j.D.Key != "" && j.D.Seq != 0
 }
 
 // checkSequence is the sequence check of j, just before the handler call:
@@ -223,21 +222,21 @@ func (r *receiver) sequenced(j *job) bool {
 // the WithGapHandler callback once j is settled. It counts and logs both,
 // and a number that may run a second time, since a bound of the window
 // forgot it (S12).
-func (r *receiver) checkSequence(j *job, now time.Time) (bool, *Gap) {
+func (r *Engine) checkSequence(j *Job, now time.Time) (bool, *Gap) {
 	if !r.sequenced(j) {
 		return false, nil
 	}
-	d := &j.d
-	res, first := r.seqs.CheckFirst(d.Key, ordering.Stamp{Producer: d.Producer, Seq: d.Seq}, d.ID, j.redriven, now)
-	ctx := handlerContext{Context: j.ctx, life: r.handlerCtx}
-	if res.Copy && r.cfg.DedupWindow > 0 {
+	d := &j.D
+	res, first := r.seqs.CheckFirst(d.Key, ordering.Stamp{Producer: d.Producer, Seq: d.Seq}, d.ID, j.Redriven, now)
+	ctx := handlerContext{Context: j.Ctx, life: r.HandlerCtx}
+	if res.Copy && r.Cfg.DedupWindow > 0 {
 		r.sub.Counts.Duplicates.Add(1)
-		r.obs.sequenceDuplicate(ctx, res.FirstCopy, d.Key, d.Producer, d.Seq, d.ID)
+		r.Obs.sequenceDuplicate(ctx, res.FirstCopy, d.Key, d.Producer, d.Seq, d.ID)
 		return true, nil
 	}
 	if res.Uncertain {
 		r.sub.Counts.Rerun.Add(1)
-		r.obs.sequenceRerun(ctx, d.Key, d.Producer, d.Seq, d.ID)
+		r.Obs.sequenceRerun(ctx, d.Key, d.Producer, d.Seq, d.ID)
 	}
 	start := first && res.GapFrom == 0 && startsLate(d.Seq)
 	if start {
@@ -265,84 +264,84 @@ func (r *receiver) checkSequence(j *job, now time.Time) (bool, *Gap) {
 	if start {
 		// Counted and logged, not told: WithGapHandler hears of numbers
 		// missing between two this Receive saw.
-		r.obs.sequenceStart(ctx, d.Key, d.Producer, res.GapFrom, res.GapTo)
+		r.Obs.sequenceStart(ctx, d.Key, d.Producer, res.GapFrom, res.GapTo)
 		return false, nil
 	}
-	r.obs.sequenceGap(ctx, d.Key, d.Producer, res.GapFrom, res.GapTo, g.Uncertain)
+	r.Obs.sequenceGap(ctx, d.Key, d.Producer, res.GapFrom, res.GapTo, g.Uncertain)
 	return false, g
 }
 
 // processedStamp records j's stamp as processed, before j is acked, so
 // that a copy that comes after the ack is known.
-func (r *receiver) processedStamp(j *job) {
+func (r *Engine) processedStamp(j *Job) {
 	if r.sequenced(j) {
-		r.seqs.Done(j.d.Key, ordering.Stamp{Producer: j.d.Producer, Seq: j.d.Seq}, time.Now())
+		r.seqs.Done(j.D.Key, ordering.Stamp{Producer: j.D.Producer, Seq: j.D.Seq}, time.Now())
 	}
 }
 
 // reportGap tells the WithGapHandler callback about g. A panic in the
 // callback is recovered and logged.
-func (r *receiver) reportGap(g Gap) {
-	if r.cfg.OnGap == nil {
+func (r *Engine) reportGap(g Gap) {
+	if r.Cfg.OnGap == nil {
 		return
 	}
 	defer r.recoverCallback("gap handler")
-	r.cfg.OnGap(g)
+	r.Cfg.OnGap(g)
 }
 
-// deadLettered reports whether the service will forward j's message to
+// DeadLettered reports whether the service will forward j's message to
 // the dead-letter topic rather than deliver it again if j is nacked now.
-func (r *receiver) deadLettered(j *job) bool {
-	return r.sub.DeadLetterAttempts > 0 && j.deliveryAttempt() >= r.sub.DeadLetterAttempts
+func (r *Engine) DeadLettered(j *Job) bool {
+	return r.sub.DeadLetterAttempts > 0 && j.DeliveryAttempt() >= r.sub.DeadLetterAttempts
 }
 
-// controlRetry returns the wait before the next try of a publish to the
+// ControlRetry returns the wait before the next try of a publish to the
 // control log that failed with err, and the tries counted so far. An
 // event failed as the tail of another's failure (a *publisher.PublishError
 // that is Skipped) was never sent, and its key has resumed: it goes again
 // at once, uncounted, so that one lost publish does not put the next
 // event off by WithBackoff's wait. Any other failure counts, and waits
 // backoff(tries).
-func (r *receiver) controlRetry(tries int, err error) (time.Duration, int) {
-	if skippedTail(err) {
+func (r *Engine) ControlRetry(tries int, err error) (time.Duration, int) {
+	if SkippedTail(err) {
 		return 0, tries
 	}
-	return r.backoff(tries + 1), tries + 1
+	return r.Backoff(tries + 1), tries + 1
 }
 
-// backoff is the wait before the next call of a message after its
+// Backoff is the wait before the next call of a message after its
 // failures-th counted failure: WithBackoff's min, doubling up to its max.
-func (r *receiver) backoff(failures int) time.Duration {
-	d := r.cfg.MinBackoff
-	for i := 1; i < failures && d < r.cfg.MaxBackoff; i++ {
+func (r *Engine) Backoff(failures int) time.Duration {
+	d := r.Cfg.MinBackoff
+	for i := 1; i < failures && d < r.Cfg.MaxBackoff; i++ {
 		d *= 2
 	}
-	return min(d, r.cfg.MaxBackoff)
+	return min(d, r.Cfg.MaxBackoff)
 }
 
 // reportError tells the WithErrorHandler callback about a failed call. A
 // panic in the callback is recovered and logged: it must not leave the
 // message unsettled (S11).
-func (r *receiver) reportError(j *job, err error) {
-	if r.cfg.OnError == nil {
+func (r *Engine) reportError(j *Job, err error) {
+	if r.Cfg.OnError == nil {
 		return
 	}
 	defer r.recoverCallback("error handler")
-	r.cfg.OnError(&j.d, err)
+	r.Cfg.OnError(&j.D, err)
 }
 
-// parked settles jobs, moved to the parking topic, as parked: acked, and
+// Parked settles jobs, moved to the parking topic, as parked: acked, and
 // counted in Stats.Parked. Every door that parks calls it.
-func (r *receiver) parked(fx *effects, jobs ...*job) {
+func (r *Engine) Parked(fx *Effects, jobs ...*Job) {
 	for _, j := range jobs {
-		fx.add(j, engine.Parked)
+		fx.Add(j, Parked)
 	}
 	r.sub.Counts.Parked.Add(int64(len(jobs)))
 }
 
 // take counts j, which is queued, and starts the watch if the window is
 // now half full.
-func (r *receiver) take(j *job) {
+func (r *Engine) take(j *Job) {
 	rm := &r.room
 	j.counted = true
 	rm.msgs.Add(1)
@@ -355,14 +354,14 @@ func (r *receiver) take(j *job) {
 // checkRoom is the watch: it nacks the queued deliveries past the backlog
 // of every stuck key, and looks again after roomCheck while the window is
 // still half full.
-func (r *receiver) checkRoom() {
+func (r *Engine) checkRoom() {
 	rm := &r.room
-	if r.stopped() {
+	if r.Stopped() {
 		return
 	}
 	now := time.Now()
-	var fx effects
-	r.lanes.each(func(l *lane) { l.shed(now, &fx) })
+	var fx Effects
+	r.Lanes.each(func(l *Lane) { l.shed(now, &fx) })
 	for _, s := range fx.settle {
 		r.settle(s.j, s.out)
 	}
@@ -377,28 +376,28 @@ func (r *receiver) checkRoom() {
 }
 
 // stopWatch stops the watch at shutdown.
-func (r *receiver) stopWatch() {
+func (r *Engine) stopWatch() {
 	if t := r.room.watch.Load(); t != nil {
 		r.clock.stop(t)
 	}
 }
 
-// survey fills in what the running Receive holds now: the counts, the held
+// Survey fills in what the running Receive holds now: the counts, the held
 // keys, and, if ranked, the busiest partitions and the top keys.
-func (r *receiver) survey(st *engineSnapshot, now time.Time, ranked bool) {
+func (r *Engine) Survey(st *Snapshot, now time.Time, ranked bool) {
 	c := &r.census
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if ranked && c.index == nil {
-		c.index = make([]int32, r.cfg.Partitions)
+		c.index = make([]int32, r.Cfg.Partitions)
 	}
 	backlog := ranking[KeyStats]{before: moreBacklog}
 	aged := ranking[KeyStats]{before: older}
 	var oldest time.Time
-	r.lanes.each(func(l *lane) {
-		q := l.queue.Len()
+	r.Lanes.each(func(l *Lane) {
+		q := l.Queue.Len()
 		st.Queued += q
-		if l.running != nil {
+		if l.Running != nil {
 			st.Running++
 		}
 		if l.trouble != nil {
@@ -408,15 +407,15 @@ func (r *receiver) survey(st *engineSnapshot, now time.Time, ranked bool) {
 		if !o.IsZero() && (oldest.IsZero() || o.Before(oldest)) {
 			oldest = o
 		}
-		if l.key == "" {
+		if l.Key == "" {
 			return // not pinned to a partition, and no key to rank
 		}
 		st.Keys++
-		if !ranked || (q == 0 && l.running == nil) {
+		if !ranked || (q == 0 && l.Running == nil) {
 			return
 		}
 		k := KeyStats{
-			Key: l.key, Partition: l.partition(), Queued: q, Running: l.running != nil,
+			Key: l.Key, Partition: l.partition(), Queued: q, Running: l.Running != nil,
 			Age: now.Sub(o), Calls: l.stats.calls, Busy: l.stats.busy, Held: l.trouble != nil,
 		}
 		if k.Running {

@@ -1,4 +1,4 @@
-package subscriber
+package engine
 
 import (
 	"fmt"
@@ -13,27 +13,27 @@ import (
 // of its lane or behind an earlier message of its producer, or runs.
 func TestHeldKeyQueued(t *testing.T) {
 	t.Parallel()
-	failed, next := &job{d: Delivery{ID: "m1"}}, &job{d: Delivery{ID: "m2"}}
-	l := &lane{key: "k", trouble: &trouble{id: "m1"}}
+	failed, next := &Job{D: Delivery{ID: "m1"}}, &Job{D: Delivery{ID: "m2"}}
+	l := &Lane{Key: "k", trouble: &trouble{id: "m1"}}
 
-	l.queue.Push(failed)
-	l.queue.Push(next)
+	l.Queue.Push(failed)
+	l.Queue.Push(next)
 	assert.Equal(t, 1, l.heldKey().Queued, "waiting for its retry at the head")
 
-	l.queue.Pop()
-	l.running = failed
+	l.Queue.Pop()
+	l.Running = failed
 	assert.Equal(t, 1, l.heldKey().Queued, "running")
 
-	l.running = nil
+	l.Running = nil
 	l.trouble.held = true
 	assert.Equal(t, 1, l.heldKey().Queued, "held, with a delivery kept")
 
 	l.trouble.held = false
-	l.queue.Pop()
-	earlier := &job{d: Delivery{ID: "m0"}}
-	l.queue.Push(earlier)
-	l.queue.Push(failed)
-	l.queue.Push(next)
+	l.Queue.Pop()
+	earlier := &Job{D: Delivery{ID: "m0"}}
+	l.Queue.Push(earlier)
+	l.Queue.Push(failed)
+	l.Queue.Push(next)
 	assert.Equal(t, 2, l.heldKey().Queued, "waiting for its retry behind an earlier message of its producer")
 }
 
@@ -44,32 +44,32 @@ func TestHeldKeyQueued(t *testing.T) {
 // head, behind its producer's lower numbers.
 func TestPlaceOrdersAProducersNumbers(t *testing.T) {
 	t.Parallel()
-	l := &lane{r: &receiver{sub: engineFacts{Ordered: true}, anyOrder: true}, key: "k"}
-	mk := func(producer string, seq uint64) *job {
-		return &job{d: Delivery{ID: fmt.Sprint(producer, seq), Producer: producer, Seq: seq}}
+	l := &Lane{R: &Engine{sub: Facts{Ordered: true}, anyOrder: true}, Key: "k"}
+	mk := func(producer string, seq uint64) *Job {
+		return &Job{D: Delivery{ID: fmt.Sprint(producer, seq), Producer: producer, Seq: seq}}
 	}
 	now := time.Now()
-	for _, j := range []*job{mk("a", 5), mk("", 0), mk("b", 2), mk("a", 7), mk("a", 3), mk("b", 1), mk("a", 6), mk("a", 9)} {
+	for _, j := range []*Job{mk("a", 5), mk("", 0), mk("b", 2), mk("a", 7), mk("a", 3), mk("b", 1), mk("a", 6), mk("a", 9)} {
 		l.place(j, now)
 	}
-	l.putBack(mk("a", 4))
-	l.putBack(mk("b", 3))
+	l.PutBack(mk("a", 4))
+	l.PutBack(mk("b", 3))
 	var got []string
-	for j, ok := l.queue.Pop(); ok; j, ok = l.queue.Pop() {
-		got = append(got, j.d.ID)
+	for j, ok := l.Queue.Pop(); ok; j, ok = l.Queue.Pop() {
+		got = append(got, j.D.ID)
 	}
 	assert.Equal(t, []string{"a3", "a4", "a5", "0", "b1", "b2", "b3", "a6", "a7", "a9"}, got)
 
-	for name, r := range map[string]*receiver{
-		"an unordered subscription":                   {sub: engineFacts{}, anyOrder: true},
-		"the service, where a lower number is a copy": {sub: engineFacts{Ordered: true}},
+	for name, r := range map[string]*Engine{
+		"an unordered subscription":                   {sub: Facts{}, anyOrder: true},
+		"the service, where a lower number is a copy": {sub: Facts{Ordered: true}},
 	} {
-		l := &lane{r: r, key: "k"}
+		l := &Lane{R: r, Key: "k"}
 		l.place(mk("a", 5), now)
 		l.place(mk("a", 3), now)
-		l.putBack(mk("a", 4))
-		assert.Equal(t, "a4", l.queue.At(0).d.ID, "%s: putBack puts at the head", name)
-		assert.Equal(t, "a5", l.queue.At(1).d.ID, "%s keeps arrival order", name)
+		l.PutBack(mk("a", 4))
+		assert.Equal(t, "a4", l.Queue.At(0).D.ID, "%s: putBack puts at the head", name)
+		assert.Equal(t, "a5", l.Queue.At(1).D.ID, "%s keeps arrival order", name)
 	}
 }
 
@@ -84,10 +84,10 @@ func BenchmarkPlace(b *testing.B) {
 			producer string
 		}{{"unstamped", ""}, {"stamped", "p"}} {
 			b.Run(fmt.Sprintf("%s/depth=%d", tc.name, depth), func(b *testing.B) {
-				l := &lane{r: &receiver{sub: engineFacts{Ordered: true}, anyOrder: true}, key: "k"}
-				jobs := make([]job, depth+b.N)
+				l := &Lane{R: &Engine{sub: Facts{Ordered: true}, anyOrder: true}, Key: "k"}
+				jobs := make([]Job, depth+b.N)
 				for i := range jobs {
-					jobs[i].d = Delivery{Producer: tc.producer, Seq: uint64(i + 1)}
+					jobs[i].D = Delivery{Producer: tc.producer, Seq: uint64(i + 1)}
 				}
 				now := time.Now()
 				for i := range depth {
@@ -97,7 +97,7 @@ func BenchmarkPlace(b *testing.B) {
 				b.ResetTimer()
 				for i := range b.N {
 					l.place(&jobs[depth+i], now)
-					l.queue.Pop()
+					l.Queue.Pop()
 				}
 			})
 		}

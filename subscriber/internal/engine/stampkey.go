@@ -1,4 +1,4 @@
-package subscriber
+package engine
 
 import (
 	"context"
@@ -34,7 +34,7 @@ import (
 type stampNote struct {
 	// sig is the signature of the stamp the delivery carries, if it came
 	// with one, so that a parked copy carries it too (parking.copyOf).
-	sig string
+	Sig string
 	// refused is a well-formed stamp whose signature failed, and why; the
 	// delivery carries no stamp.
 	refused ordering.Stamp
@@ -58,7 +58,7 @@ func takeStamp(d *Delivery, headers map[string]string, keys *ordering.StampKeys,
 	}
 	if note.err == nil {
 		d.Producer, d.Seq = st.Producer, st.Seq
-		note.sig = headers[ordering.SignatureAttribute]
+		note.Sig = headers[ordering.SignatureAttribute]
 	}
 	ordering.DeleteStamp(headers)
 	return note
@@ -71,7 +71,7 @@ func takeStamp(d *Delivery, headers map[string]string, keys *ordering.StampKeys,
 func (o *recorder) stampUnverified(ctx context.Context, key string, st ordering.Stamp, id string, err error) {
 	o.unverifiedStamps.Add(ctx, 1, o.unverifiedAs...)
 	if ok, since := o.unverifiedLog.allow(key, st.Producer); ok {
-		o.log.LogAttrs(ctx, slog.LevelWarn, "keyorder/subscriber: stamp signature not verified; message run as unstamped",
+		o.Log.LogAttrs(ctx, slog.LevelWarn, "keyorder/subscriber: stamp signature not verified; message run as unstamped",
 			slog.String("key", key), slog.String("producer", st.Producer), slog.String("seq", ordering.FormatSeq(st.Seq)),
 			slog.String("message_id", id), slog.Any("error", err), slog.Int64("suppressed_since_last_warning", since))
 	}

@@ -1,4 +1,4 @@
-package subscriber
+package engine
 
 import ()
 
@@ -6,27 +6,27 @@ import ()
 // park) and the flights that move a lane's deliveries to the parking
 // topic. See park.go for the whole.
 
-// parkingHooks is what the lanes, the call path and the receiver's
+// Parking is what the lanes, the call path and the receiver's
 // shutdown see of parking (park.go); the door that started it (Receive,
 // the push endpoint) holds the parking itself. The shard's mutex must be
 // held for accept, divert and park.
-type parkingHooks interface {
-	// accept is called for a new keyed delivery on l, before the lane's
+type Parking interface {
+	// Accept is called for a new keyed delivery on l, before the lane's
 	// other rules: one that arrives at a lane holding nothing of its key
 	// waits for the barrier.
-	accept(l *lane)
-	// divert holds l's queued deliveries for the barrier, or sends them
+	Accept(l *Lane)
+	// Divert holds l's queued deliveries for the barrier, or sends them
 	// on a flight to the parking topic, and reports whether it did.
-	divert(l *lane) bool
-	// park parks l's key with j, which failed for good with err: j goes
+	Divert(l *Lane) bool
+	// Park parks l's key with j, which failed for good with err: j goes
 	// back to the head of l, and l's next flight parks the key.
-	park(l *lane, j *job, err error)
-	// releasedLately reports whether the message id ran in the release of
+	Park(l *Lane, j *Job, err error)
+	// ReleasedLately reports whether the message id ran in the release of
 	// a park that has ended lately: it must not run again (S6).
-	releasedLately(id string) bool
-	// shutdown stops parking's work in the lanes, when the receiver shuts
+	ReleasedLately(id string) bool
+	// Shutdown stops parking's work in the lanes, when the receiver shuts
 	// down.
-	shutdown()
+	Shutdown()
 }
 
 // A lane's part in parking. Every field is guarded by the lane's shard
@@ -35,31 +35,31 @@ type laneParking struct {
 	// fence is the barrier marker the lane's deliveries wait for before
 	// they run or are parked; 0 once passed. Set when a delivery arrives
 	// at a lane holding nothing of its key.
-	fence uint64
+	Fence uint64
 	// waiting is set while the lane is registered with the barrier.
-	waiting bool
+	Waiting bool
 	// flight is set while the lane's deliveries are on their way to the
 	// parking topic; the lane is active meanwhile, so no turn runs.
-	flight bool
+	Flight bool
 	// failed is the message of the key that failed for good here, until a
 	// flight has parked the key.
-	failed *parkCause
+	Failed *ParkCause
 	// tries counts the flights that failed in a row, for their backoff.
-	tries int
+	Tries int
 }
 
 // busy reports whether the lane waits for the barrier or a flight, which
 // will move it on.
-func (pk *laneParking) busy() bool { return pk.waiting || pk.flight }
+func (pk *laneParking) busy() bool { return pk.Waiting || pk.Flight }
 
-// parkCause is why a key parks: the message that failed for good.
-type parkCause struct {
-	id      string
-	err     string
-	attempt int
+// ParkCause is why a key parks: the message that failed for good.
+type ParkCause struct {
+	ID      string
+	Err     string
+	Attempt int
 }
 
-// causeOf is the park cause of j, which failed for good with err.
-func causeOf(j *job, err error) *parkCause {
-	return &parkCause{id: j.d.ID, err: err.Error(), attempt: j.d.Attempt}
+// CauseOf is the park cause of j, which failed for good with err.
+func CauseOf(j *Job, err error) *ParkCause {
+	return &ParkCause{ID: j.D.ID, Err: err.Error(), Attempt: j.D.Attempt}
 }

@@ -1,4 +1,4 @@
-package subscriber
+package engine
 
 import "github.com/keyorder/keyorder/internal/window"
 

@@ -1,4 +1,4 @@
-package subscriber
+package engine
 
 import (
 	"sync/atomic"
@@ -57,7 +57,7 @@ const roomCheck = 100 * time.Millisecond
 
 // init sets the bounds of rm from the options and the subscription's
 // dead-letter limit.
-func (rm *room) init(cfg *engineConfig, deadLetterAttempts int) {
+func (rm *room) init(cfg *Config, deadLetterAttempts int) {
 	rs := cfg.Receive
 	rm.perKey = cfg.KeyBacklog
 	if deadLetterAttempts > 0 {
@@ -91,12 +91,12 @@ func (rm *room) pressed(size int64) bool {
 }
 
 // admit reports whether l may queue j. The shard's mutex must be held.
-func (rm *room) admit(l *lane, j *job, now time.Time) bool {
-	return l.queue.Len() < rm.perKey || !rm.pressed(j.size) || !l.stuck(now)
+func (rm *room) admit(l *Lane, j *Job, now time.Time) bool {
+	return l.Queue.Len() < rm.perKey || !rm.pressed(j.size) || !l.stuck(now)
 }
 
 // give uncounts j, which is settled.
-func (rm *room) give(j *job) {
+func (rm *room) give(j *Job) {
 	if j.counted {
 		rm.msgs.Add(-1)
 		rm.bytes.Add(-j.size)

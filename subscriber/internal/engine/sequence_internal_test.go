@@ -1,4 +1,4 @@
-package subscriber
+package engine
 
 import (
 	"fmt"
@@ -63,11 +63,11 @@ func BenchmarkSequenceCheck(b *testing.B) {
 	}
 	b.Run("sub=ids", func(b *testing.B) {
 		// More IDs than the window holds, so that every one is new to it.
-		fresh := make([]string, 4*DefaultDedupWindow)
+		fresh := make([]string, 4*testDedupWindow)
 		for i := range fresh {
 			fresh[i] = fmt.Sprintf("%016d", 2_000_000+i)
 		}
-		p := newProcessed(DefaultDedupWindow)
+		p := newProcessed(testDedupWindow)
 		i := 0
 		for b.Loop() {
 			if id := fresh[i%len(fresh)]; !p.contains(id) {
@@ -77,7 +77,7 @@ func BenchmarkSequenceCheck(b *testing.B) {
 		}
 	})
 	b.Run("sub=stamps", func(b *testing.B) {
-		s := seqwindow.New(DefaultSequenceWindow)
+		s := seqwindow.New(testSequenceWindow)
 		i := 0
 		for b.Loop() {
 			st := ordering.Stamp{Producer: "producer-7", Seq: uint64(i/keys + 1)}

@@ -1,4 +1,4 @@
-package subscriber
+package engine
 
 import (
 	"context"
@@ -30,7 +30,7 @@ import (
 // forgets each message whose ack failed. Its one goroutine is started by
 // start and owned by the receiver, which waits for it in stop.
 type confirmer struct {
-	r *receiver
+	r *Engine
 
 	mu      sync.Mutex
 	pending fifo.Queue[pendingAck] // guarded by mu
@@ -54,7 +54,7 @@ type pendingAck struct {
 	res   *pubsub.AckResult
 }
 
-func (c *confirmer) start(r *receiver) {
+func (c *confirmer) start(r *Engine) {
 	c.r = r
 	c.wake = make(chan struct{}, 1)
 	c.answer = make(chan struct{}, 1)

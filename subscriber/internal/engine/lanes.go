@@ -1,4 +1,4 @@
-package subscriber
+package engine
 
 import (
 	"sort"
@@ -21,15 +21,15 @@ type lanes struct {
 // A laneShard guards its lanes, and every field of each, with mu.
 type laneShard struct {
 	mu    sync.Mutex
-	keyed map[string]*lane // by key
-	loose map[*lane]bool   // lanes of messages without a key, one message each
+	keyed map[string]*Lane // by key
+	loose map[*Lane]bool   // lanes of messages without a key, one message each
 }
 
 // with calls f with the lane of key, made if there is none, or with a new
-// lane of its own for a message without a key, under the lane's shard's
+// Lane of its own for a message without a key, under the lane's shard's
 // mutex, and returns the lane. f must not block.
-func (ls *lanes) with(r *receiver, key string, f func(l *lane)) *lane {
-	var l *lane
+func (ls *lanes) with(r *Engine, key string, f func(l *Lane)) *Lane {
+	var l *Lane
 	if key == "" {
 		sh := &ls.shards[ls.next.Add(1)%laneShards]
 		sh.mu.Lock()
@@ -47,24 +47,24 @@ func (ls *lanes) with(r *receiver, key string, f func(l *lane)) *lane {
 
 // keyLane returns the lane of key, making it if there is none. sh.mu must
 // be held.
-func (sh *laneShard) keyLane(r *receiver, key string) *lane {
+func (sh *laneShard) keyLane(r *Engine, key string) *Lane {
 	if l := sh.keyed[key]; l != nil {
 		return l
 	}
 	if sh.keyed == nil {
-		sh.keyed = make(map[string]*lane)
+		sh.keyed = make(map[string]*Lane)
 	}
-	l := &lane{r: r, sh: sh, key: key}
+	l := &Lane{R: r, sh: sh, Key: key}
 	sh.keyed[key] = l
 	return l
 }
 
 // looseLane makes a lane for one message without a key. sh.mu must be held.
-func (sh *laneShard) looseLane(r *receiver) *lane {
+func (sh *laneShard) looseLane(r *Engine) *Lane {
 	if sh.loose == nil {
-		sh.loose = make(map[*lane]bool)
+		sh.loose = make(map[*Lane]bool)
 	}
-	l := &lane{r: r, sh: sh}
+	l := &Lane{R: r, sh: sh}
 	sh.loose[l] = true
 	return l
 }
@@ -80,7 +80,7 @@ func laneHash(key string) uint32 {
 }
 
 // each calls f for every lane, with its shard's mutex held.
-func (ls *lanes) each(f func(l *lane)) {
+func (ls *lanes) each(f func(l *Lane)) {
 	for i := range ls.shards {
 		sh := &ls.shards[i]
 		sh.mu.Lock()
@@ -98,18 +98,18 @@ func (ls *lanes) each(f func(l *lane)) {
 // running or waiting for a retry, no key held and no room gap.
 func (ls *lanes) idle() bool {
 	busy := false
-	ls.each(func(l *lane) {
-		busy = busy || l.running != nil || l.queue.Len() > 0 || l.trouble != nil || l.roomGap != ""
+	ls.each(func(l *Lane) {
+		busy = busy || l.Running != nil || l.Queue.Len() > 0 || l.trouble != nil || l.roomGap != ""
 	})
 	return !busy
 }
 
-// snapshot counts the deliveries queued and running now, and lists the
+// Snapshot counts the deliveries queued and running now, and lists the
 // keys waiting on a failed message.
-func (ls *lanes) snapshot() (queued, running int, held []HeldKey) {
-	ls.each(func(l *lane) {
-		queued += l.queue.Len()
-		if l.running != nil {
+func (ls *lanes) Snapshot() (queued, running int, held []HeldKey) {
+	ls.each(func(l *Lane) {
+		queued += l.Queue.Len()
+		if l.Running != nil {
 			running++
 		}
 		if l.trouble != nil {
@@ -120,12 +120,12 @@ func (ls *lanes) snapshot() (queued, running int, held []HeldKey) {
 	return queued, running, held
 }
 
-// pushing marks j, a push request's job, as the running call of its key's
+// Pushing marks j, a push request's job, as the running call of its key's
 // lane, or of a lane of its own if it has no key, and returns the lane.
-func (ls *lanes) pushing(r *receiver, j *job) *lane {
-	return ls.with(r, j.d.Key, func(l *lane) {
+func (ls *lanes) Pushing(r *Engine, j *Job) *Lane {
+	return ls.with(r, j.D.Key, func(l *Lane) {
 		j.fresh = l.holdsNothing()
-		l.running, l.busySince = j, time.Now()
+		l.Running, l.busySince = j, time.Now()
 	})
 }
 
