@@ -9,6 +9,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 
 	"github.com/keyorder/keyorder/subscriber/internal/engine"
+	"github.com/keyorder/keyorder/subscriber/internal/push"
 )
 
 // config holds the options' values, checked once, by newConfig: those
@@ -85,9 +86,9 @@ func (c *config) checkPush() error {
 // would describe requests that never come. Open takes WithPushAuth and
 // WithUnauthenticatedPush without WithPush, for an existing push
 // subscription, so this waits for the subscription.
-func (c *config) checkPull(name string, have pushSettings) error {
+func (c *config) checkPull(name string, have push.Settings) error {
 	p := c.push
-	if have.endpoint != "" || p.endpoint != "" {
+	if have.Endpoint != "" || p.endpoint != "" {
 		return nil // a push subscription, or WithPush's own refusal
 	}
 	switch {

@@ -382,9 +382,9 @@ func (p *parking) copyOf(j *engine.Job, park string, cause *engine.ParkCause) *p
 	return &publisher.Message{Data: m.Data, Headers: headers}
 }
 
-// told tells the WithKeyEvents callback, and the log, that key was parked
+// Told tells the WithKeyEvents callback, and the log, that key was parked
 // or unparked, cause being the message that parked it.
-func (p *parking) told(kind KeyEventKind, key string, cause *engine.ParkCause, since time.Time, reason string) {
+func (p *parking) Told(kind KeyEventKind, key string, cause *engine.ParkCause, since time.Time, reason string) {
 	if p.r == nil {
 		return
 	}
@@ -395,10 +395,14 @@ func (p *parking) told(kind KeyEventKind, key string, cause *engine.ParkCause, s
 	p.r.Emit(KeyEvent{Kind: kind, HeldKey: k, Reason: reason, At: time.Now()})
 }
 
-// divertPush is steps 1 and 2 above, for j, a push of a keyed message: it
+// Ops ends when a shutdown, or the Close of a push endpoint, gives up on
+// what parking has under way: the moves to the parking topic.
+func (p *parking) Ops() context.Context { return p.ops }
+
+// DivertPush is steps 1 and 2 above, for j, a push of a keyed message: it
 // reports whether j was parked, and so is to be acked, or, with an error,
 // that it could not be told.
-func (p *parking) divertPush(ctx context.Context, j *engine.Job) (bool, error) {
+func (p *parking) DivertPush(ctx context.Context, j *engine.Job) (bool, error) {
 	if fence := p.b.Arrived(time.Now()); fence != 0 {
 		if err := p.syncTo(ctx, fence); err != nil {
 			return false, err
@@ -412,10 +416,10 @@ func (p *parking) divertPush(ctx context.Context, j *engine.Job) (bool, error) {
 	return parked, err
 }
 
-// parkPush is step 3's end: j, a push that failed for good, parks its key.
+// ParkPush is step 3's end: j, a push that failed for good, parks its key.
 // It reports whether j was parked, and so is to be acked, and the cause
 // to tell of if this call parked the key.
-func (p *parking) parkPush(ctx context.Context, j *engine.Job, err error) (bool, *engine.ParkCause, error) {
+func (p *parking) ParkPush(ctx context.Context, j *engine.Job, err error) (bool, *engine.ParkCause, error) {
 	cause := engine.CauseOf(j, err)
 	parked, parkedIt, merr := p.move(ctx, j.D.Key, []*engine.Job{j}, "", cause)
 	if !parkedIt {

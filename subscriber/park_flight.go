@@ -31,7 +31,7 @@ func (fl *flight) fly() {
 	if parkedIt {
 		// Told once the flight has landed, so that a callback cannot hold
 		// it up.
-		p.told(KeyParked, fl.l.Key, fl.cause, time.Now(), "")
+		p.Told(KeyParked, fl.l.Key, fl.cause, time.Now(), "")
 	}
 }
 

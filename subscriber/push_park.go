@@ -2,11 +2,10 @@ package subscriber
 
 import (
 	"context"
-	"errors"
-	"sync"
 	"time"
 
 	"github.com/keyorder/keyorder/subscriber/internal/engine"
+	"github.com/keyorder/keyorder/subscriber/internal/push"
 )
 
 // Parking from push. A push endpoint with WithParking keeps the control
@@ -88,22 +87,28 @@ func (pp *pushParking) run(ctx context.Context) {
 // ends first, the endpoint closes, or the log was lost (errParkingLost,
 // after parked was set). Once it has
 // returned, parked may be read: it was set before ready was closed.
-func (pp *pushParking) await(ctx context.Context) (*parking, error) {
+func (pp *pushParking) Await(ctx context.Context) (push.Parked, error) {
 	select {
 	case <-pp.lost:
-		return nil, errParkingLost
+		return nil, push.ErrParkingLost
 	default:
 	}
 	select {
 	case <-pp.ready:
 		return pp.parked, nil
 	case <-pp.lost:
-		return nil, errParkingLost
+		return nil, push.ErrParkingLost
 	case <-pp.r.Stopping:
-		return nil, errShuttingDown
+		return nil, push.ErrShuttingDown
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// Told tells the WithKeyEvents callback, and the log, that a push parked
+// key; the parking is up, as the push that parked it awaited it.
+func (pp *pushParking) Told(kind engine.KeyEventKind, key string, cause *engine.ParkCause, since time.Time, reason string) {
+	pp.parked.Told(kind, key, cause, since, reason)
 }
 
 // up returns the parking component if it is up, else nil.
@@ -118,7 +123,7 @@ func (pp *pushParking) up() *parking {
 
 // drain waits, at Close, for the releases running in the endpoint; a new
 // one is refused.
-func (pp *pushParking) drain() {
+func (pp *pushParking) Drain() {
 	if p := pp.up(); p != nil {
 		p.rel.close()
 	}
@@ -126,7 +131,7 @@ func (pp *pushParking) drain() {
 
 // cancel gives up on what parking has under way, once Close has waited
 // the drain: the releases' waits and the moves to the parking topic.
-func (pp *pushParking) cancel() {
+func (pp *pushParking) Cancel() {
 	if p := pp.up(); p != nil {
 		p.cancelOps()
 	}
@@ -134,52 +139,12 @@ func (pp *pushParking) cancel() {
 
 // close stops the control log, once the endpoint has drained: its
 // starting loop, then the log itself.
-func (pp *pushParking) close() {
+func (pp *pushParking) Close() {
 	pp.stop()
 	<-pp.done
 	if p := pp.parked; p != nil {
 		p.rel.close() // came up while Close drained
 		p.cancelOps()
 		_ = p.stop(nil)
-	}
-}
-
-var errParkingLost = errors.New("keyorder/subscriber: the parking control log is no longer followed")
-
-// keyGate runs the pushes of one key one at a time. The service keeps one
-// message of a key outstanding, but a push whose answer came too late is
-// pushed again while its first call may still run; the second waits for
-// the first, then finds it processed (S6) or runs it again after it.
-type keyGate struct {
-	mu   sync.Mutex
-	busy map[string]chan struct{} // closed when the key's push ends
-}
-
-// enter waits until no other push of key runs, and returns the function
-// that ends this one; or ctx.Err().
-func (g *keyGate) enter(ctx context.Context, key string) (func(), error) {
-	for {
-		g.mu.Lock()
-		ch, taken := g.busy[key]
-		if !taken {
-			if g.busy == nil {
-				g.busy = map[string]chan struct{}{}
-			}
-			ch = make(chan struct{})
-			g.busy[key] = ch
-			g.mu.Unlock()
-			return func() {
-				g.mu.Lock()
-				delete(g.busy, key)
-				g.mu.Unlock()
-				close(ch)
-			}, nil
-		}
-		g.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
 	}
 }

@@ -53,7 +53,7 @@ func (s *Subscription) Receive(ctx context.Context, h Handler) error {
 		return invalid("Receive on a nil Subscription")
 	case h == nil:
 		return invalid("Receive with nil handler")
-	case s.push.endpoint != "":
+	case s.push.Endpoint != "":
 		return invalid("Receive on %s, a push subscription: serve its PushHandler", s.name)
 	}
 	if !s.receiving.CompareAndSwap(false, true) {

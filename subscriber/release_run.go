@@ -85,7 +85,7 @@ func (rr *releaseRun) run(ctx context.Context) (err error) {
 			case err != nil:
 				return err
 			case v.Applied:
-				p.told(KeyUnparked, rr.key, &engine.ParkCause{ID: rec.Msg, Err: rec.Err}, rr.since, ReasonReleased)
+				p.Told(KeyUnparked, rr.key, &engine.ParkCause{ID: rec.Msg, Err: rec.Err}, rr.since, ReasonReleased)
 				return nil
 			case v.Ended:
 				return nil
@@ -219,7 +219,7 @@ func (rr *releaseRun) runOne(ctx context.Context, id string, m *pubsub.Message) 
 		case v.Out == engine.Shutdown:
 			return ErrNotReceiving // no retries once shutting down (S7); the key stays parked
 		case v.Out.ForGood():
-			rr.p.told(KeyParked, rr.key, engine.CauseOf(j, v.Err), time.Now(), "") // it stays parked, with this message first
+			rr.p.Told(KeyParked, rr.key, engine.CauseOf(j, v.Err), time.Now(), "") // it stays parked, with this message first
 			return fmt.Errorf("%w: %q at message %s: %w", ErrParkedAgain, rr.key, id, v.Err)
 		default:
 			if err := rr.wait(ctx, v.Delay); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/keyorder/keyorder/internal/resource"
 
 	"github.com/keyorder/keyorder/subscriber/internal/engine"
+	"github.com/keyorder/keyorder/subscriber/internal/push"
 )
 
 // A Subscription receives the messages of one Pub/Sub subscription, in
@@ -55,8 +56,8 @@ type Subscription struct {
 	parking *parkingTopics
 	// push is the subscription's push configuration, set when made; and
 	// pushing its push endpoint, once PushHandler has made it (push.go).
-	push    pushSettings
-	pushing atomic.Pointer[pushEndpoint]
+	push    push.Settings
+	pushing atomic.Pointer[push.Endpoint]
 }
 
 // CreateWithTopic returns the subscription subID of topic topicID, creating
@@ -91,7 +92,7 @@ func CreateWithTopic(ctx context.Context, client *pubsub.Client, topicID, subID 
 	}
 	sub, err := client.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: name})
 	if status.Code(err) == codes.NotFound {
-		if err := cfg.checkPull(name, pushSettings{endpoint: cfg.push.endpoint}); err != nil {
+		if err := cfg.checkPull(name, push.Settings{Endpoint: cfg.push.endpoint}); err != nil {
 			return nil, err // before it is made a pull subscription
 		}
 		want := &pubsubpb.Subscription{

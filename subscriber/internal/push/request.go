@@ -1,4 +1,4 @@
-package subscriber
+package push
 
 import (
 	"encoding/json"
@@ -69,11 +69,11 @@ const (
 // refuse it: an unwrapped request's headers are checked first, and an
 // envelope is decoded as it comes, so that its first wrong byte is its
 // last read.
-func decodePush(req *http.Request, name string, p pushSettings) (*pubsub.Message, error) {
+func decodePush(req *http.Request, name string, p Settings) (*pubsub.Message, error) {
 	body := &io.LimitedReader{R: req.Body, N: maxPushBody + 1}
 	var env *pushEnvelope
 	var err error
-	if p.wrapped {
+	if p.Wrapped {
 		env, err = decodeEnvelope(body)
 	} else {
 		env, err = unwrappedEnvelope(req.Header, name, body)

@@ -1,4 +1,4 @@
-package subscriber
+package push
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
-// A push request whose handler asks to wait ([RetryAfter], as the inbox
+// A push request whose handler asks to wait (subscriber.RetryAfter, as the inbox
 // does while a gap's missing number may still come) is retried in place,
 // within the request, after the delay, rather than answered 500 at once:
 //
@@ -34,12 +34,12 @@ const pushHoldMax = 8 * time.Second
 
 // callWaiting runs j through the call path, and again after each delay its
 // handler asks for, as long as the request may be held.
-func (e *pushEndpoint) callWaiting(ctx context.Context, j *engine.Job) engine.Verdict {
+func (e *Endpoint) callWaiting(ctx context.Context, j *engine.Job) engine.Verdict {
 	r := e.r
 	var held time.Duration
 	for {
 		v := e.call(ctx, j)
-		var later *RetryAfterError
+		var later *engine.RetryAfterError
 		if v.Out != engine.Retried || !errors.As(v.Err, &later) {
 			return v
 		}

@@ -1,4 +1,4 @@
-package subscriber
+package push
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -47,9 +46,9 @@ const maxKnownKeys = 8
 // googleIssuers are the issuers of Google's ID tokens.
 var googleIssuers = map[string]bool{"https://accounts.google.com": true, "accounts.google.com": true}
 
-// newValidator makes the production validator; a test replaces it to make
+// NewValidator makes the production validator; a test replaces it to make
 // the first builds fail.
-var newValidator = func(ctx context.Context) (*idtoken.Validator, error) { return idtoken.NewValidator(ctx) }
+var NewValidator = func(ctx context.Context) (*idtoken.Validator, error) { return idtoken.NewValidator(ctx) }
 
 // A tokenChecker checks the tokens of one push endpoint. Its methods are
 // safe for concurrent use.
@@ -73,7 +72,7 @@ func (c *tokenChecker) get() (*idtoken.Validator, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.validator == nil {
-		v, err := newValidator(context.Background())
+		v, err := NewValidator(context.Background())
 		if err != nil {
 			return nil, fmt.Errorf("making the token validator: %w", err)
 		}
@@ -257,15 +256,4 @@ func refuse(w http.ResponseWriter, req *http.Request, status int, msg string) {
 	}
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 	http.Error(w, msg, status)
-}
-
-// redactURL returns endpoint without what may be a secret: its user
-// information, query and fragment, for the logs.
-func redactURL(endpoint string) string {
-	u, err := url.Parse(endpoint)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	u.User, u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = nil, "", false, "", ""
-	return u.String()
 }
