@@ -262,7 +262,7 @@ func (p *parking) syncTo(ctx context.Context, fence uint64) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-p.r.Stopping:
+	case <-p.r.Stopping():
 		return ErrNotReceiving
 	}
 }
@@ -319,7 +319,7 @@ func (p *parking) serveRequests() {
 			timer.Reset(time.Until(next))
 		}
 		select {
-		case <-p.r.Stopping:
+		case <-p.r.Stopping():
 			return
 		case <-changed:
 		case <-p.rel.ended():

@@ -63,7 +63,6 @@ func (s *Subscription) PushHandler(h Handler) http.Handler {
 	}
 	cfg := push.Config{
 		Name: s.name, Ordered: s.ordered, Settings: s.push, Validator: s.cfg.push.validator,
-		Received: &s.counts.Received,
 		Closed: func() {
 			s.current.Store(nil)
 			s.parkNow.Store(nil)

@@ -98,7 +98,7 @@ func (pp *pushParking) Await(ctx context.Context) (push.Parked, error) {
 		return pp.parked, nil
 	case <-pp.lost:
 		return nil, push.ErrParkingLost
-	case <-pp.r.Stopping:
+	case <-pp.r.Stopping():
 		return nil, push.ErrShuttingDown
 	case <-ctx.Done():
 		return nil, ctx.Err()

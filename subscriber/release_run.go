@@ -111,7 +111,7 @@ func (rr *releaseRun) run(ctx context.Context) (err error) {
 			return fmt.Errorf("keyorder/subscriber: reading the parking topic: %w", err)
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-p.r.Stopping:
+		case <-p.r.Stopping():
 			return ErrNotReceiving
 		}
 	}
@@ -279,7 +279,7 @@ func (rr *releaseRun) wait(ctx context.Context, d time.Duration) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-rr.p.r.Stopping:
+	case <-rr.p.r.Stopping():
 		return ErrNotReceiving
 	}
 }

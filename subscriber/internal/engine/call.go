@@ -101,7 +101,7 @@ func (r *Engine) Call(j *Job, d Door) {
 	}
 	j.D.Attempt = r.tries.prior(j.D.ID).calls + 1
 	began = now
-	v.Err = InvokeHandler(r.h, handlerContext{Context: j.Ctx, life: j.lifeOr(r.HandlerCtx)}, &j.D)
+	v.Err = InvokeHandler(r.h, handlerContext{Context: j.Ctx, life: j.lifeOr(r.handlerCtx)}, &j.D)
 	if v.Err != nil {
 		r.reportError(j, v.Err) // v is kept if this exits the goroutine
 	}
@@ -138,7 +138,7 @@ func (r *Engine) judge(j *Job, v Verdict) Verdict {
 	// A door that retries by a nack (push) would have the service
 	// dead-letter a message on its last delivery: with parking, parking
 	// wins, on every door, so that the key's later messages wait.
-	lastChance := j.RetriesByNack && r.parks(j) && r.DeadLettered(j)
+	lastChance := j.retriesByNack && r.parks(j) && r.DeadLettered(j)
 	if spent || lastChance {
 		v.Out = r.policy(j)
 	}
@@ -228,7 +228,7 @@ func (r *Engine) checkSequence(j *Job, now time.Time) (bool, *Gap) {
 	}
 	d := &j.D
 	res, first := r.seqs.CheckFirst(d.Key, ordering.Stamp{Producer: d.Producer, Seq: d.Seq}, d.ID, j.Redriven, now)
-	ctx := handlerContext{Context: j.Ctx, life: r.HandlerCtx}
+	ctx := handlerContext{Context: j.Ctx, life: r.handlerCtx}
 	if res.Copy && r.Cfg.DedupWindow > 0 {
 		r.sub.Counts.Duplicates.Add(1)
 		r.Obs.sequenceDuplicate(ctx, res.FirstCopy, d.Key, d.Producer, d.Seq, d.ID)
@@ -292,7 +292,7 @@ func (r *Engine) reportGap(g Gap) {
 // DeadLettered reports whether the service will forward j's message to
 // the dead-letter topic rather than deliver it again if j is nacked now.
 func (r *Engine) DeadLettered(j *Job) bool {
-	return r.sub.DeadLetterAttempts > 0 && j.DeliveryAttempt() >= r.sub.DeadLetterAttempts
+	return r.sub.DeadLetterAttempts > 0 && j.deliveryAttempt() >= r.sub.DeadLetterAttempts
 }
 
 // ControlRetry returns the wait before the next try of a publish to the
@@ -338,6 +338,26 @@ func (r *Engine) Parked(fx *Effects, jobs ...*Job) {
 	}
 	r.sub.Counts.Parked.Add(int64(len(jobs)))
 }
+
+// CountParked counts j, a push moved to the parking topic, as parked: the
+// push's answer acks it.
+func (r *Engine) CountParked(j *Job) {
+	var fx Effects
+	r.Parked(&fx, j)
+	r.Count(j, Parked)
+}
+
+// Log is the engine's logger, its subscription named.
+func (r *Engine) Log() *slog.Logger { return r.Obs.Log }
+
+// PushRefused counts and logs a push request refused with status for err.
+func (r *Engine) PushRefused(ctx context.Context, status int, err error) {
+	r.Obs.pushRefused(ctx, status, err)
+}
+
+// Stopping is closed when the engine stops: Receive's ctx ended, pulling
+// failed, or a push endpoint's Close began.
+func (r *Engine) Stopping() <-chan struct{} { return r.stopping }
 
 // take counts j, which is queued, and starts the watch if the window is
 // now half full.

@@ -84,7 +84,7 @@ func liveReceiver(tb testing.TB, keys, perKey int) *Engine {
 	require.NoError(tb, err)
 	tb.Cleanup(func() {
 		// The jobs have no messages to settle: stop what runs, only.
-		r.Obs.Close()
+		r.Obs.close()
 		_ = r.pool.Stop(context.Background())
 	})
 	start := time.Now().Add(-time.Hour)

@@ -20,9 +20,9 @@ type Engine struct {
 	Cfg  *Config
 	pool *workers.Pool
 	// handlerCtx outlives Receive's ctx by the drain timeout (S7).
-	HandlerCtx     context.Context
+	handlerCtx     context.Context
 	CancelHandlers context.CancelFunc
-	Stopping       chan struct{}     // closed when Receive's ctx ends or pulling fails
+	stopping       chan struct{}     // closed when Receive's ctx ends or pulling fails, or by StopCalls
 	Lanes          lanes             // the keys with work or a hold
 	seen           processed         // recently processed message IDs (S6)
 	seqs           *seqwindow.Window // recently active producers' sequences, per key; nil without checks
@@ -54,9 +54,9 @@ func New(ctx context.Context, cfg *Config, sub Facts, h Handler) (*Engine, error
 		h:              h,
 		Cfg:            cfg,
 		pool:           pool,
-		HandlerCtx:     handlerCtx,
+		handlerCtx:     handlerCtx,
 		CancelHandlers: cancel,
-		Stopping:       make(chan struct{}),
+		stopping:       make(chan struct{}),
 		seen:           newProcessed(cfg.DedupWindow),
 		tries:          newAttempts(),
 		anyOrder:       cfg.AnyOrder || os.Getenv("PUBSUB_EMULATOR_HOST") != "",
@@ -89,7 +89,7 @@ func (r *Engine) SetParking(p Parking) { r.park = p }
 // Finish waits, once the official Receive has returned and parking has
 // stopped, for what start started, and returns the error Receive returns.
 func (r *Engine) Finish(pullErr error) error {
-	defer r.Ending.End()
+	defer r.Ending.end()
 	if r.confirm != nil {
 		r.confirm.stop(r.Ending.left()) // ShutdownBound
 	}
@@ -107,7 +107,7 @@ const maxPoolQueue = 1 << 20
 // official client's flow control, and with it every other key.
 func (r *Engine) Deliver(ctx context.Context, m *pubsub.Message) {
 	r.sub.Counts.Received.Add(1)
-	j := r.Arrived(ctx, m)
+	j := r.arrived(ctx, m)
 	if r.processedBefore(m.ID) {
 		// S6: processed already; acking again runs nothing. The call path
 		// checks again before the call; this spares the delivery a turn.
@@ -127,7 +127,7 @@ func (r *Engine) Deliver(ctx context.Context, m *pubsub.Message) {
 			l.next(&fx) // a turn if it has something to run, else it may go
 		}
 	})
-	r.Apply(l, &fx)
+	r.apply(l, &fx)
 }
 
 // settle acks or nacks every delivery of j's message, once (S11), and
@@ -164,11 +164,11 @@ func (r *Engine) Count(j *Job, out Outcome) {
 	r.sub.Counts.Settled[out].Add(1)
 }
 
-// Apply does what a change to l decided, once its shard's mutex is
+// apply does what a change to l decided, once its shard's mutex is
 // released: settlements first, in order, then the next turn, then user
 // callbacks, last, so that one that panics or exits the goroutine has
 // nothing left undone.
-func (r *Engine) Apply(l *Lane, fx *Effects) {
+func (r *Engine) apply(l *Lane, fx *Effects) {
 	for _, s := range fx.settle {
 		r.settle(s.j, s.out)
 	}
@@ -203,7 +203,7 @@ func (r *Engine) recoverCallback(what string) {
 
 func (r *Engine) Stopped() bool {
 	select {
-	case <-r.Stopping:
+	case <-r.stopping:
 		return true
 	default:
 		return false
@@ -222,8 +222,8 @@ func (r *Engine) Idle() bool {
 // within the drain timeout and are then cancelled, and every goroutine the
 // Engine started exits.
 func (r *Engine) Shutdown() {
-	r.Ending.Begin(r.Cfg.DrainTimeout)
-	close(r.Stopping)
+	r.Ending.begin(r.Cfg.DrainTimeout)
+	close(r.stopping)
 	r.stopWatch()
 	// Take what waits in the lanes. A lane with a turn in the pool is
 	// settled by the turn's Drop below; one with a handler running, when
@@ -240,7 +240,7 @@ func (r *Engine) Shutdown() {
 	}
 	cancel()
 	r.clock.wg.Wait()
-	r.Obs.Close()
+	r.Obs.close()
 	if r.park != nil {
 		r.park.Shutdown()
 	}
@@ -304,9 +304,35 @@ func (r *Engine) AwaitPull(pulled <-chan error) error {
 	}
 }
 
-// Arrived makes the job of m, delivered by the service to Receive or to
+// CallInLane runs j, a push request's job, through the call path on a
+// goroutine of its own, its key's lane showing it running meanwhile, and
+// returns the verdict: a handler that exits its goroutine still gets its
+// request answered (S11). The handler's context ends with ctx, as the
+// service stops waiting for the answer then, or with the drain.
+func (r *Engine) CallInLane(ctx context.Context, j *Job) Verdict {
+	life, cancel := context.WithCancel(r.handlerCtx)
+	defer cancel()
+	defer context.AfterFunc(ctx, cancel)()
+	j.life = life
+	answer := make(chan Verdict, 1)
+	go r.Call(j, laneCall{l: r.Lanes.pushing(r, j), answer: answer})
+	return <-answer
+}
+
+// ArrivePush makes the job of m, pushed to the push endpoint, and counts
+// it received. Its retries are the service's pushes (S5): the service's
+// backoff spaces them.
+func (r *Engine) ArrivePush(ctx context.Context, m *pubsub.Message) *Job {
+	r.sub.Counts.Received.Add(1)
+	j := r.arrived(ctx, m)
+	j.D.DeliveryAttempt = j.deliveryAttempt()
+	j.retriesByNack = true
+	return j
+}
+
+// arrived makes the job of m, delivered by the service to Receive or to
 // the push endpoint, and counts and logs a stamp it refused.
-func (r *Engine) Arrived(ctx context.Context, m *pubsub.Message) *Job {
+func (r *Engine) arrived(ctx context.Context, m *pubsub.Message) *Job {
 	j := newJob(ctx, m, r.Cfg.StampKeys)
 	if j.Stamp.err != nil {
 		r.unverified(j)
@@ -360,3 +386,19 @@ func (r *Engine) gauges() (held, queued int, oldest time.Duration) {
 	r.Survey(&st, time.Now(), false)
 	return len(st.Held), st.Queued, st.OldestAge
 }
+
+// StopCalls closes Stopping, for a push endpoint's Close: the calls
+// waiting to run again and parking's waits end.
+func (r *Engine) StopCalls() { close(r.stopping) }
+
+// BeginStop begins the Close of a push endpoint: the shutdown's clock
+// starts, which bounds its waits for the server (ShutdownBound). It
+// returns the drain timeout, and the function that ends the shutdown,
+// which Close calls last.
+func (r *Engine) BeginStop() (drain time.Duration, end func()) {
+	r.Ending.begin(r.Cfg.DrainTimeout)
+	return r.Cfg.DrainTimeout, r.Ending.end
+}
+
+// CloseMetrics stops the metrics' gauges, once a push endpoint has closed.
+func (r *Engine) CloseMetrics() { r.Obs.close() }

@@ -31,7 +31,7 @@ type Job struct {
 	// bounds the handler's context in place of the receiver's (a push
 	// request's); set before the job is shared.
 	Ctx  context.Context
-	Life context.Context
+	life context.Context
 
 	// d is what the handler sees. It is written only while no handler
 	// call of the job runs, under the lane's shard mutex.
@@ -46,7 +46,7 @@ type Job struct {
 	// retriesByNack is set by a door whose retries are the service's
 	// redeliveries (push): a retry on the last delivery before
 	// dead-lettering would lose the key's order. Set before the call.
-	RetriesByNack bool
+	retriesByNack bool
 
 	// notBefore is when the message may be called again: after the
 	// backoff of a message that failed for good on an earlier delivery,
@@ -90,9 +90,9 @@ func newJob(ctx context.Context, m *pubsub.Message, keys *ordering.StampKeys) *J
 	return j
 }
 
-// DeliveryAttempt is the service's count for the newest delivery, 0 when
+// deliveryAttempt is the service's count for the newest delivery, 0 when
 // the subscription has no dead-letter policy.
-func (j *Job) DeliveryAttempt() int {
+func (j *Job) deliveryAttempt() int {
 	if j.Msg == nil {
 		return 0 // a released copy: its delivery was acked when parked
 	}
@@ -113,8 +113,8 @@ func (j *Job) ctxOr() context.Context {
 // lifeOr returns the context that bounds the handler's: the job's own, or
 // else def.
 func (j *Job) lifeOr(def context.Context) context.Context {
-	if j.Life != nil {
-		return j.Life
+	if j.life != nil {
+		return j.life
 	}
 	return def
 }

@@ -27,7 +27,7 @@ import (
 // parking and push's bookkeeping, and in lane_failure.go, failure, room and
 // what Stats reads (the census).
 type Lane struct {
-	R   *Engine // set when made
+	r   *Engine // set when made
 	sh  *laneShard
 	Key string
 
@@ -135,7 +135,7 @@ func (l *Lane) heldKey() HeldKey {
 // call path (call.go), and the lane settles the decision (settle).
 func (l *Lane) Run() {
 	if j := l.begin(); j != nil {
-		l.R.Call(j, l)
+		l.r.Call(j, l)
 	}
 }
 
@@ -162,19 +162,19 @@ func (l *Lane) Update(f func(now time.Time) Effects) {
 	fx := f(time.Now())
 	l.next(&fx)
 	l.sh.mu.Unlock()
-	l.R.Apply(l, &fx)
+	l.r.apply(l, &fx)
 }
 
 // begin takes the lane's oldest delivery to run it, or returns nil when
 // there is nothing to run now: the lane is shutting down, or its head is
 // not due yet.
 func (l *Lane) begin() *Job {
-	r := l.R
+	r := l.r
 	var fx Effects
 	l.sh.mu.Lock()
 	defer func() {
 		l.sh.mu.Unlock()
-		r.Apply(l, &fx)
+		r.apply(l, &fx)
 	}()
 	l.turn = false
 	if r.Stopped() {
@@ -198,7 +198,7 @@ func (l *Lane) begin() *Job {
 		return nil
 	}
 	l.Running, l.busySince = j, now
-	j.D.DeliveryAttempt = j.DeliveryAttempt()
+	j.D.DeliveryAttempt = j.deliveryAttempt()
 	return j
 }
 
@@ -219,7 +219,7 @@ func (l *Lane) Settle(j *Job, v Verdict) {
 		case Retried:
 			l.retryLater(j, v.Delay, now)
 		case Parked:
-			l.R.park.Park(l, j, v.Err) // park.go: the next flight parks the key
+			l.r.park.Park(l, j, v.Err) // park.go: the next flight parks the key
 		case HoldKey:
 			l.hold(j, &fx)
 		default:
@@ -237,14 +237,14 @@ func (l *Lane) next(fx *Effects) {
 		// A turn runs or waits in the pool, or a retry, the barrier or a
 		// flight is pending: it will call next again.
 		return
-	case l.R.Stopped():
+	case l.r.Stopped():
 		l.drain(fx, Shutdown)
 		l.Active = false
 	case l.trouble != nil && l.trouble.held:
 		// Deliveries kept while the key is held wait for the failed
 		// message to come back.
 		l.Active = false
-	case l.Queue.Len() > 0 && l.R.park != nil && l.R.park.Divert(l):
+	case l.Queue.Len() > 0 && l.r.park != nil && l.r.park.Divert(l):
 		// Parking holds the deliveries for the barrier, or moves them to
 		// the parking topic (park.go).
 	case l.Queue.Len() > 0:
@@ -262,11 +262,11 @@ func (l *Lane) drain(fx *Effects, out Outcome) {
 	for j, ok := l.Queue.Pop(); ok; j, ok = l.Queue.Pop() {
 		fx.Add(j, out)
 	}
-	if l.R.clock.stop(l.Retry) {
+	if l.r.clock.stop(l.Retry) {
 		l.Retry, l.Active = nil, false // no turn will come
 	}
 	if t := l.trouble; t != nil {
-		if l.R.clock.stop(t.lapse) {
+		if l.r.clock.stop(t.lapse) {
 			t.lapse = nil
 		}
 		if t.way != nil {
@@ -289,7 +289,7 @@ func (l *Lane) Wait(d time.Duration, now time.Time) {
 	if t := l.trouble; t != nil {
 		t.retryAt = now.Add(d)
 	}
-	l.Retry = l.R.clock.after(d, l.due)
+	l.Retry = l.r.clock.after(d, l.due)
 }
 
 // due is the retry timer's function: the head's next attempt is due.
@@ -310,7 +310,7 @@ func ewma(avg, d time.Duration) time.Duration {
 // a delivery of the same message already here, or nacked unrun. The
 // shard's mutex must be held.
 func (l *Lane) accept(j *Job, now time.Time) Outcome {
-	r := l.R
+	r := l.r
 	if r.Stopped() {
 		return Shutdown // S7
 	}
@@ -381,7 +381,7 @@ func (l *Lane) place(j *Job, now time.Time) {
 		}
 	}
 	if i == 0 && l.Queue.Len() > 0 && l.Retry != nil && !l.turn && l.Pk.Failed == nil &&
-		now.Before(l.Queue.At(0).notBefore) && l.R.clock.stop(l.Retry) {
+		now.Before(l.Queue.At(0).notBefore) && l.r.clock.stop(l.Retry) {
 		l.Retry, l.Active = nil, false // the caller's next submits a turn
 	}
 	l.Queue.Insert(i, j)
@@ -409,7 +409,7 @@ func (l *Lane) PutBack(j *Job) {
 // delivery of an ordered subscription, stamped by its producer, from a
 // server that may redeliver out of order.
 func ordersBySeq(l *Lane, j *Job) bool {
-	return l.R.anyOrder && l.R.sub.Ordered && l.Key != "" && j.D.Producer != "" && j.D.Seq != 0
+	return l.r.anyOrder && l.r.sub.Ordered && l.Key != "" && j.D.Producer != "" && j.D.Seq != 0
 }
 
 // holdsNothing reports whether the lane holds nothing of its key: no
@@ -419,10 +419,10 @@ func (l *Lane) holdsNothing() bool {
 	return !l.Pk.Flight && l.Running == nil && l.Retry == nil && l.Queue.Len() == 0 && l.trouble == nil
 }
 
-// Pushed ends j's call in the lane, which the call path judged v: the
+// pushed ends j's call in the lane, which the call path judged v: the
 // held-key record notes v, and the lane goes once it holds nothing. It
 // returns the key events to tell.
-func (l *Lane) Pushed(j *Job, v Verdict) Effects {
+func (l *Lane) pushed(j *Job, v Verdict) Effects {
 	var fx Effects
 	now := time.Now()
 	l.sh.mu.Lock()

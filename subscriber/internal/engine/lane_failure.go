@@ -44,7 +44,7 @@ func (l *Lane) note(j *Job, v Verdict, now time.Time, fx *Effects) {
 	case Parked:
 		l.endTrouble(nil, "", now) // parking tells of the park (KeyParked)
 	case Failed:
-		if v.deadLettered && l.Key != "" && l.R.sub.Ordered {
+		if v.deadLettered && l.Key != "" && l.r.sub.Ordered {
 			// The service forwards the message instead of sending it
 			// back, and goes on with the key.
 			l.endTrouble(fx, ReasonDeadLettered, now)
@@ -53,7 +53,7 @@ func (l *Lane) note(j *Job, v Verdict, now time.Time, fx *Effects) {
 		}
 	case HoldKey:
 		t.held = true
-		t.lapse = l.R.clock.after(l.R.Cfg.RedeliveryWait, func() { l.lapsed(t) })
+		t.lapse = l.r.clock.after(l.r.Cfg.RedeliveryWait, func() { l.lapsed(t) })
 		if !t.reported {
 			t.reported = true
 			fx.events = append(fx.events, KeyEvent{Kind: KeyHeld, HeldKey: l.heldKey(), At: now})
@@ -99,7 +99,7 @@ func (l *Lane) hold(j *Job, fx *Effects) {
 // failed message instead. The shard's mutex must be held.
 func (l *Lane) nackTail(fx *Effects, way *comeback) {
 	for q, ok := l.Queue.Pop(); ok; q, ok = l.Queue.Pop() {
-		if l.R.DeadLettered(q) {
+		if l.r.DeadLettered(q) {
 			way.keep(q)
 			continue
 		}
@@ -130,7 +130,7 @@ func (l *Lane) returning(j *Job) Outcome {
 			l.comeBack()
 		}
 		return out
-	case l.R.DeadLettered(j):
+	case l.r.DeadLettered(j):
 		way.keep(j)
 		return Queued
 	default:
@@ -144,7 +144,7 @@ func (l *Lane) returning(j *Job) Outcome {
 // them back in. The shard's mutex must be held.
 func (l *Lane) comeBack() {
 	t := l.trouble
-	if l.R.clock.stop(t.lapse) {
+	if l.r.clock.stop(t.lapse) {
 		t.lapse = nil
 	}
 	t.held = false
@@ -170,7 +170,7 @@ func (l *Lane) requeue() {
 // reported, unless fx is nil. The shard's mutex must be held.
 func (l *Lane) endTrouble(fx *Effects, reason string, now time.Time) {
 	t := l.trouble
-	if l.R.clock.stop(t.lapse) {
+	if l.r.clock.stop(t.lapse) {
 		t.lapse = nil
 	}
 	l.requeue() // what came back runs, in order
@@ -205,7 +205,7 @@ func SkippedTail(err error) bool {
 // shard's mutex must be held.
 func (l *Lane) partition() int {
 	if l.stats.part == 0 {
-		l.stats.part = int32(l.R.pool.Partition(l.Key)) + 1
+		l.stats.part = int32(l.r.pool.Partition(l.Key)) + 1
 	}
 	return int(l.stats.part) - 1
 }
@@ -260,10 +260,10 @@ func (l *Lane) stuck(now time.Time) bool {
 // shed nacks l's queued deliveries past the backlog if l is stuck. The
 // shard's mutex must be held.
 func (l *Lane) shed(now time.Time, fx *Effects) {
-	if l.Queue.Len() <= l.R.room.perKey || !l.stuck(now) {
+	if l.Queue.Len() <= l.r.room.perKey || !l.stuck(now) {
 		return
 	}
-	tail := l.Queue.Truncate(l.R.room.perKey, nil)
+	tail := l.Queue.Truncate(l.r.room.perKey, nil)
 	l.openRoomGap(tail[0].D.ID) // the oldest nacked comes back first
 	for _, j := range tail {
 		fx.Add(j, Room)
@@ -278,7 +278,7 @@ func (l *Lane) openRoomGap(id string) {
 	}
 	l.closeRoomGap()
 	l.roomGap = id
-	l.roomGapEnd = l.R.clock.after(l.R.Cfg.RedeliveryWait, func() {
+	l.roomGapEnd = l.r.clock.after(l.r.Cfg.RedeliveryWait, func() {
 		// Not update: the lane may have a turn in the pool, and next
 		// would submit a second one.
 		l.sh.mu.Lock()
@@ -296,6 +296,6 @@ func (l *Lane) closeRoomGap() {
 	if l.roomGap == "" {
 		return
 	}
-	l.R.clock.stop(l.roomGapEnd)
+	l.r.clock.stop(l.roomGapEnd)
 	l.roomGap, l.roomGapEnd = "", nil
 }

@@ -44,7 +44,7 @@ func TestHeldKeyQueued(t *testing.T) {
 // head, behind its producer's lower numbers.
 func TestPlaceOrdersAProducersNumbers(t *testing.T) {
 	t.Parallel()
-	l := &Lane{R: &Engine{sub: Facts{Ordered: true}, anyOrder: true}, Key: "k"}
+	l := &Lane{r: &Engine{sub: Facts{Ordered: true}, anyOrder: true}, Key: "k"}
 	mk := func(producer string, seq uint64) *Job {
 		return &Job{D: Delivery{ID: fmt.Sprint(producer, seq), Producer: producer, Seq: seq}}
 	}
@@ -64,7 +64,7 @@ func TestPlaceOrdersAProducersNumbers(t *testing.T) {
 		"an unordered subscription":                   {sub: Facts{}, anyOrder: true},
 		"the service, where a lower number is a copy": {sub: Facts{Ordered: true}},
 	} {
-		l := &Lane{R: r, Key: "k"}
+		l := &Lane{r: r, Key: "k"}
 		l.place(mk("a", 5), now)
 		l.place(mk("a", 3), now)
 		l.PutBack(mk("a", 4))
@@ -84,7 +84,7 @@ func BenchmarkPlace(b *testing.B) {
 			producer string
 		}{{"unstamped", ""}, {"stamped", "p"}} {
 			b.Run(fmt.Sprintf("%s/depth=%d", tc.name, depth), func(b *testing.B) {
-				l := &Lane{R: &Engine{sub: Facts{Ordered: true}, anyOrder: true}, Key: "k"}
+				l := &Lane{r: &Engine{sub: Facts{Ordered: true}, anyOrder: true}, Key: "k"}
 				jobs := make([]Job, depth+b.N)
 				for i := range jobs {
 					jobs[i].D = Delivery{Producer: tc.producer, Seq: uint64(i + 1)}

@@ -54,7 +54,7 @@ func (sh *laneShard) keyLane(r *Engine, key string) *Lane {
 	if sh.keyed == nil {
 		sh.keyed = make(map[string]*Lane)
 	}
-	l := &Lane{R: r, sh: sh, Key: key}
+	l := &Lane{r: r, sh: sh, Key: key}
 	sh.keyed[key] = l
 	return l
 }
@@ -64,7 +64,7 @@ func (sh *laneShard) looseLane(r *Engine) *Lane {
 	if sh.loose == nil {
 		sh.loose = make(map[*Lane]bool)
 	}
-	l := &Lane{R: r, sh: sh}
+	l := &Lane{r: r, sh: sh}
 	sh.loose[l] = true
 	return l
 }
@@ -120,13 +120,29 @@ func (ls *lanes) Snapshot() (queued, running int, held []HeldKey) {
 	return queued, running, held
 }
 
-// Pushing marks j, a push request's job, as the running call of its key's
+// pushing marks j, a push request's job, as the running call of its key's
 // lane, or of a lane of its own if it has no key, and returns the lane.
-func (ls *lanes) Pushing(r *Engine, j *Job) *Lane {
+func (ls *lanes) pushing(r *Engine, j *Job) *Lane {
 	return ls.with(r, j.D.Key, func(l *Lane) {
 		j.fresh = l.holdsNothing()
 		l.Running, l.busySince = j, time.Now()
 	})
+}
+
+// laneCall is the door of a call CallInLane runs: it ends the call in the
+// key's lane, where the held-key record notes the verdict, and hands the
+// verdict to CallInLane's caller, which delivers it as its answer. Key
+// events are told last, once the answer can be written, so that a
+// callback that exits the goroutine leaves nothing undone.
+type laneCall struct {
+	l      *Lane
+	answer chan<- Verdict
+}
+
+func (a laneCall) Settle(j *Job, v Verdict) {
+	fx := a.l.pushed(j, v)
+	a.answer <- v
+	a.l.r.apply(a.l, &fx)
 }
 
 // sortHeld sorts held keys oldest failure first.

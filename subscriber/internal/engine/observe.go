@@ -149,8 +149,8 @@ func newRecorder(cfg *Config, name string, look gaugeSource) *recorder {
 	return o
 }
 
-// Close unregisters the gauges when the Receive ends.
-func (o *recorder) Close() {
+// close unregisters the gauges when the Receive ends.
+func (o *recorder) close() {
 	if o.gauges != nil {
 		_ = o.gauges.Unregister()
 	}
@@ -294,13 +294,13 @@ func (o *recorder) gap(ctx context.Context, key, producer string, first, last ui
 	o.Log.LogAttrs(ctx, level, "keyorder/subscriber: sequence gap", attrs...)
 }
 
-// PushRefused logs a push request refused before the handler ran: a bad
+// pushRefused logs a push request refused before the handler ran: a bad
 // or missing token, another account's, or a body that is not a push of
 // this subscription. It is either a misconfiguration or someone who
 // should not be calling, so it is logged at Warn, but once a minute at
 // most, with the count refused since: anyone who finds the URL could
 // otherwise flood the log. The others go to Debug.
-func (o *recorder) PushRefused(ctx context.Context, status int, err error) {
+func (o *recorder) pushRefused(ctx context.Context, status int, err error) {
 	n := o.refused.Add(1)
 	now := time.Now().UnixNano()
 	if last := o.refusedLogged.Load(); now-last >= int64(time.Minute) && o.refusedLogged.CompareAndSwap(last, now) {

@@ -32,7 +32,7 @@ func TestSequenceLogs(t *testing.T) {
 	cfg.Logger = slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	o := newRecorder(&cfg, "projects/p/subscriptions/s",
 		func() (int, int, time.Duration) { return 0, 0, 0 })
-	defer o.Close()
+	defer o.close()
 
 	o.sequenceGap(context.Background(), "k", "producer-1", 4, 6, false)
 	o.sequenceGap(context.Background(), "k", "producer-1", 8, 8, true)
@@ -75,7 +75,7 @@ func BenchmarkRecorder(b *testing.B) {
 			cfg.MeterProvider = tc.provider
 			o := newRecorder(&cfg, "projects/p/subscriptions/s",
 				func() (int, int, time.Duration) { return 0, 0, 0 })
-			defer o.Close()
+			defer o.close()
 			j := &Job{Ctx: context.Background(), D: Delivery{ID: "1", Key: "k"}}
 			b.ReportAllocs()
 			for b.Loop() {

@@ -81,8 +81,8 @@ const ShutdownBound = 2 * time.Second
 // server after the drain timeout.
 const shutdownGrace = 1500 * time.Millisecond
 
-// Begin starts the shutdown's clock.
-func (e *ending) Begin(drain time.Duration) {
+// begin starts the shutdown's clock.
+func (e *ending) begin(drain time.Duration) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.late == nil {
@@ -120,8 +120,8 @@ func (e *ending) DrainEnd(d time.Duration) time.Time {
 	return e.began.Add(d)
 }
 
-// End releases the shutdown's clock, once Receive returns.
-func (e *ending) End() {
+// end releases the shutdown's clock, once Receive returns.
+func (e *ending) end() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.cancelLate != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
@@ -21,8 +20,8 @@ import (
 // answered the previous one with a success: order holds as long as the
 // endpoint answers correctly. PushHandler is that endpoint
 // (Endpoint). It runs the handler through the same call path as
-// Receive (call.go), and its door, pushAnswer, delivers the path's verdict
-// as the status:
+// Receive (the engine's Call, through CallInLane, whose door hands the
+// path's verdict back), and delivers the verdict as the status:
 //
 //   - 204 No Content acks: the handler succeeded, or the message was
 //     processed already (S6, S12), or, with parking, it was parked.
@@ -55,7 +54,6 @@ type Config struct {
 	Ordered   bool               // it has message ordering
 	Settings  Settings           // its push configuration
 	Validator *idtoken.Validator // WithTokenValidator's; nil for the production one
-	Received  *atomic.Int64      // Stats.Received
 	// Parking is the endpoint's parking, with WithParking; nil without.
 	Parking Parking
 	// Closed is called once Close has stopped everything.
@@ -98,8 +96,8 @@ func New(cfg Config, r *engine.Engine) *Endpoint {
 
 // An Endpoint is the push endpoint: the HTTP side of push (tokens,
 // requests, answers, Close). Each of its requests runs through the call
-// path with a door of its own, pushAnswer, and the endpoint answers with
-// the verdict it delivers.
+// path in its key's lane (Engine.CallInLane), and the endpoint answers
+// with the verdict.
 type Endpoint struct {
 	cfg Config
 	r   *engine.Engine
@@ -133,20 +131,20 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	select {
-	case <-r.Stopping:
+	case <-r.Stopping():
 		refuse(w, req, http.StatusServiceUnavailable, "shutting down")
 		return
 	default:
 	}
 	e.hintToken(req)
 	if code, err := e.authorize(req); err != nil {
-		r.Obs.PushRefused(req.Context(), code, err)
+		r.PushRefused(req.Context(), code, err)
 		refuse(w, req, code, http.StatusText(code))
 		return
 	}
 	m, err := decodePush(req, e.cfg.Name, e.cfg.Settings)
 	if err != nil {
-		r.Obs.PushRefused(req.Context(), http.StatusBadRequest, err)
+		r.PushRefused(req.Context(), http.StatusBadRequest, err)
 		refuse(w, req, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -205,10 +203,7 @@ func (e *Endpoint) run(req *http.Request, m *pubsub.Message) (engine.Outcome, *e
 		}
 		defer done()
 	}
-	e.cfg.Received.Add(1)
-	j := r.Arrived(ctx, m)
-	j.D.DeliveryAttempt = j.DeliveryAttempt()
-	j.RetriesByNack = true // S5: the service's backoff spaces the retries
+	j := r.ArrivePush(ctx, m)
 	if p != nil && j.D.Key != "" {
 		parked, err := p.DivertPush(ctx, j)
 		if err != nil {
@@ -218,13 +213,13 @@ func (e *Endpoint) run(req *http.Request, m *pubsub.Message) (engine.Outcome, *e
 			return e.parked(j), nil, nil
 		}
 	}
-	v := e.callWaiting(ctx, j) // push_wait.go: a RetryAfter's delay is kept
+	v := e.callWaiting(ctx, j) // wait.go: a RetryAfter's delay is kept
 	if v.Out == engine.Parked {
 		parked, cause, err := p.ParkPush(ctx, j, v.Err)
 		if parked {
 			return e.parked(j), cause, nil
 		}
-		r.Obs.Log.Warn("keyorder/subscriber: could not park a pushed message; the service will push it again",
+		r.Log().Warn("keyorder/subscriber: could not park a pushed message; the service will push it again",
 			"key", j.D.Key, "error", err)
 	}
 	return e.deliver(j, v), nil, nil
@@ -241,26 +236,9 @@ func (e *Endpoint) enter() bool {
 	return true
 }
 
-// call runs j through the call path on a goroutine of its own, the key's
-// lane showing it running meanwhile (lane.pushed), and returns the
-// verdict. The handler's context ends with the request, as the service
-// stops waiting for the answer then, or with the door's drain.
-func (e *Endpoint) call(ctx context.Context, j *engine.Job) engine.Verdict {
-	r := e.r
-	life, cancel := context.WithCancel(r.HandlerCtx)
-	defer cancel()
-	defer context.AfterFunc(ctx, cancel)()
-	j.Life = life
-	answer := make(chan engine.Verdict, 1)
-	go r.Call(j, pushAnswer{l: r.Lanes.Pushing(r, j), answer: answer})
-	return <-answer
-}
-
 // parked settles j as moved to the parking topic.
 func (e *Endpoint) parked(j *engine.Job) engine.Outcome {
-	var fx engine.Effects
-	e.r.Parked(&fx, j)
-	e.r.Count(j, engine.Parked) // nothing to ack: the answer acks it
+	e.r.CountParked(j) // nothing to ack: the answer acks it
 	return engine.Parked
 }
 
@@ -279,22 +257,6 @@ type Settings struct {
 	Audience string // the token's audience: its own, or the endpoint's URL
 	Wrapped  bool   // the body is the JSON envelope, not the bare data
 	Metadata bool   // unwrapped, with the metadata as headers
-}
-
-// pushAnswer is the door of one push request: it ends the call in the
-// key's lane, where the held-key record notes the verdict, and hands the
-// verdict to the request's goroutine, which delivers it as its answer.
-// Key events are told last, once the answer can be written, so that a
-// callback that exits the goroutine leaves nothing undone.
-type pushAnswer struct {
-	l      *engine.Lane
-	answer chan<- engine.Verdict
-}
-
-func (a pushAnswer) Settle(j *engine.Job, v engine.Verdict) {
-	fx := a.l.Pushed(j, v)
-	a.answer <- v
-	a.l.R.Apply(a.l, &fx)
 }
 
 // deliver turns the verdict on j into the outcome the answer reports, and
@@ -333,12 +295,12 @@ func (e *Endpoint) Close(ctx context.Context) error {
 func (e *Endpoint) shut(ctx context.Context) {
 	defer close(e.finished)
 	r := e.r
-	r.Ending.Begin(r.Cfg.DrainTimeout) // bounds the waits for the server (ShutdownBound)
-	defer r.Ending.End()
+	drain, end := r.BeginStop() // bounds the waits for the server (ShutdownBound)
+	defer end()
 	e.mu.Lock()
 	e.closed = true
 	e.mu.Unlock()
-	close(r.Stopping)
+	r.StopCalls()
 	drained := make(chan struct{})
 	go func() {
 		defer close(drained)
@@ -349,7 +311,7 @@ func (e *Endpoint) shut(ctx context.Context) {
 		}
 		wg.Wait()
 	}()
-	t := time.NewTimer(r.Cfg.DrainTimeout)
+	t := time.NewTimer(drain)
 	defer t.Stop()
 	select {
 	case <-drained:
@@ -364,7 +326,7 @@ func (e *Endpoint) shut(ctx context.Context) {
 	if e.parking != nil {
 		e.parking.Close()
 	}
-	r.Obs.Close()
+	r.CloseMetrics()
 	e.cfg.Closed()
 }
 
@@ -393,7 +355,7 @@ func (d *Endpoint) hintToken(req *http.Request) {
 		return
 	}
 	d.hints.token.Do(func() {
-		d.r.Obs.Log.Warn("keyorder/subscriber: a push request carries no token; every such request is refused 401",
+		d.r.Log().Warn("keyorder/subscriber: a push request carries no token; every such request is refused 401",
 			"hint", "the server does not sign its pushes (Google's emulator does not): on it, make the subscription with WithUnauthenticatedPush; on Pub/Sub, give the push subscription the service account of WithPushAuth")
 	})
 }
@@ -405,7 +367,7 @@ func (d *Endpoint) hintKey(m *pubsub.Message) {
 		return
 	}
 	d.hints.key.Do(func() {
-		d.r.Obs.Log.Info("keyorder/subscriber: a push to an ordered subscription carries no ordering key; it runs unordered",
+		d.r.Log().Info("keyorder/subscriber: a push to an ordered subscription carries no ordering key; it runs unordered",
 			"message_id", m.ID,
 			"hint", "if it was published with one, the server does not push ordering keys (Google's emulator does not), and keys cannot be kept in order through it")
 	})

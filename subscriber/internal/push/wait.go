@@ -38,7 +38,7 @@ func (e *Endpoint) callWaiting(ctx context.Context, j *engine.Job) engine.Verdic
 	r := e.r
 	var held time.Duration
 	for {
-		v := e.call(ctx, j)
+		v := r.CallInLane(ctx, j) // its handler's context ends with ctx
 		var later *engine.RetryAfterError
 		if v.Out != engine.Retried || !errors.As(v.Err, &later) {
 			return v
@@ -53,7 +53,7 @@ func (e *Endpoint) callWaiting(ctx context.Context, j *engine.Job) engine.Verdic
 		case <-ctx.Done():
 			t.Stop()
 			return v
-		case <-r.Stopping:
+		case <-r.Stopping():
 			t.Stop()
 			return v
 		}
