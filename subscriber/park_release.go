@@ -9,6 +9,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 
+	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/subscriber/internal/controllog"
 
 	"github.com/keyorder/keyorder/subscriber/internal/engine"
@@ -268,8 +269,8 @@ func (p *parking) syncTo(ctx context.Context, fence uint64) error {
 }
 
 // barrierRound runs a round of the barrier's markers, each sent through
-// the control log, again after a backoff if the publish fails (at once if
-// it failed as another's tail: controlRetry). Run by the parking loop.
+// the control log, again after controlRetry's wait if the publish fails.
+// Run by the parking loop.
 func (p *parking) barrierRound() {
 	p.b.Round(func() bool {
 		for tries := 0; ; {
@@ -278,7 +279,7 @@ func (p *parking) barrierRound() {
 				return true
 			}
 			var wait time.Duration
-			wait, tries = p.r.ControlRetry(tries, err)
+			wait, tries = controlRetry(tries, err)
 			select {
 			case <-p.stopLoop:
 				return false
@@ -288,6 +289,33 @@ func (p *parking) barrierRound() {
 			}
 		}
 	})
+}
+
+// controlRetry returns the wait before the next try of a publish to the
+// control log that failed with err, and the tries counted so far. An
+// event failed as the tail of another's failure (a *publisher.PublishError
+// that is Skipped) was never sent, and its key has resumed: it goes again
+// at once, uncounted. Any other failure counts, and waits
+// controlBackoff(tries).
+func controlRetry(tries int, err error) (time.Duration, int) {
+	if engine.SkippedTail(err) {
+		return 0, tries
+	}
+	return controlBackoff(tries + 1), tries + 1
+}
+
+// controlBackoff is the wait before the next try of a publish to the
+// control log after its tries-th failure: 100 ms, doubling up to 2 s. It
+// is the control log's own, not WithBackoff's, which spaces a handler's
+// retries and may be minutes: a marker, a release's progress or a claim
+// that failed with another event's publish must not wait that long.
+func controlBackoff(tries int) time.Duration {
+	const first, most = 100 * time.Millisecond, 2 * time.Second
+	d := first
+	for i := 1; i < tries && d < most; i++ {
+		d *= 2
+	}
+	return min(d, most)
 }
 
 // startRequests starts the Receive's watch of release requests, counted in
@@ -368,9 +396,16 @@ func (p *parking) carryOut(pr controllog.PendingRelease, rt *requestRuns) {
 		// refused because the log still showed a releaser (ErrReleasing)
 		// goes again when the log moves and no releaser is left or its
 		// lease lapses, as Claimable tells: a backoff would hold a request
-		// up to WithBackoff's wait after a release that gave up.
+		// up to WithBackoff's wait after a release that gave up. A run
+		// whose publish to the control log failed goes again after
+		// controlBackoff; one that ended for another reason (the parking
+		// topic unreadable, the clock) after the handler's backoff.
 		retry := err != nil && !over && !engine.SkippedTail(err) && !errors.Is(err, ErrReleasing)
-		rt.ended(pr.Key, retry, p.r.Backoff)
+		backoff := p.r.Backoff
+		if _, ok := errors.AsType[*publisher.PublishError](err); ok {
+			backoff = controlBackoff
+		}
+		rt.ended(pr.Key, retry, backoff)
 		p.rel.exit(pr.Key) // wakes the watch
 		if err != nil && !errors.Is(err, ErrNotReceiving) && !errors.Is(err, ErrNotParked) && !errors.Is(err, ErrReleasing) && !errors.Is(err, errRequestEnded) && !engine.SkippedTail(err) {
 			// ErrReleasing: another Receive won the claim, or took over.

@@ -259,7 +259,7 @@ func (rr *releaseRun) progress(id string) error {
 			return nil
 		}
 		var wait time.Duration
-		wait, tries = p.r.ControlRetry(tries, err)
+		wait, tries = controlRetry(tries, err)
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:

@@ -295,20 +295,6 @@ func (r *Engine) DeadLettered(j *Job) bool {
 	return r.sub.DeadLetterAttempts > 0 && j.deliveryAttempt() >= r.sub.DeadLetterAttempts
 }
 
-// ControlRetry returns the wait before the next try of a publish to the
-// control log that failed with err, and the tries counted so far. An
-// event failed as the tail of another's failure (a *publisher.PublishError
-// that is Skipped) was never sent, and its key has resumed: it goes again
-// at once, uncounted, so that one lost publish does not put the next
-// event off by WithBackoff's wait. Any other failure counts, and waits
-// backoff(tries).
-func (r *Engine) ControlRetry(tries int, err error) (time.Duration, int) {
-	if SkippedTail(err) {
-		return 0, tries
-	}
-	return r.Backoff(tries + 1), tries + 1
-}
-
 // Backoff is the wait before the next call of a message after its
 // failures-th counted failure: WithBackoff's min, doubling up to its max.
 func (r *Engine) Backoff(failures int) time.Duration {
