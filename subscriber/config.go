@@ -7,55 +7,41 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
-	"go.opentelemetry.io/otel/metric"
 
-	"github.com/keyorder/keyorder/ordering"
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
+	"github.com/keyorder/keyorder/subscriber/internal/push"
 )
 
-// config holds the options' values, checked once, by newConfig.
+// config holds the options' values, checked once, by newConfig: those
+// the engine runs by, and the rest, which the facade's doors use.
 type config struct {
-	workers        int
-	partitions     int
-	keyBacklog     int
-	maxAttempts    int
-	minBackoff     time.Duration
-	maxBackoff     time.Duration
-	drainTimeout   time.Duration
-	dedupWindow    int
-	redeliveryWait time.Duration
-	receive        pubsub.ReceiveSettings
-	onError        func(d *Delivery, err error)
-	onKeyEvent     func(KeyEvent)
+	engine.Config
 	exactlyOnce    bool
-	seqWindow      int                  // sequence.go
-	anyOrder       bool                 // sequence.go: WithUnorderedRedelivery
-	stampKeys      *ordering.StampKeys  // stampkey.go: nil verifies nothing
-	onGap          func(Gap)            // sequence.go
-	quiet          time.Duration        // replay.go
-	meterProvider  metric.MeterProvider // nil: the global one, when Receive starts
-	logger         *slog.Logger         // nil: slog.Default(), when Receive starts
-	policies       servicePolicies      // the service's, for a subscription created (policies.go)
-	topicRetention time.Duration        // for a topic created; 0 for none (subscription.go)
-	push           pushOptions          // push.go
-	parking        string               // the parking topic; "" for none (park.go)
-	parkingWait    time.Duration        // internal/barrier
-	parkingWaitSet bool                 // WithParkingWait was given
+	quiet          time.Duration   // replay.go
+	policies       servicePolicies // the service's, for a subscription created (policies.go)
+	topicRetention time.Duration   // for a topic created; 0 for none (subscription.go)
+	push           pushOptions     // push.go
+	parking        string          // the parking topic; "" for none (park.go)
+	parkingWait    time.Duration   // internal/barrier
+	parkingWaitSet bool            // WithParkingWait was given
 }
 
 func newConfig(opts []Option) (config, error) {
 	c := config{
-		partitions:     DefaultPartitions,
-		keyBacklog:     DefaultKeyBacklog,
-		maxAttempts:    DefaultMaxAttempts,
-		minBackoff:     DefaultMinBackoff,
-		maxBackoff:     DefaultMaxBackoff,
-		drainTimeout:   DefaultDrainTimeout,
-		dedupWindow:    DefaultDedupWindow,
-		redeliveryWait: DefaultRedeliveryWait,
-		receive:        pubsub.DefaultReceiveSettings,
-		seqWindow:      DefaultSequenceWindow,
-		quiet:          DefaultQuietPeriod,
-		parkingWait:    DefaultParkingWait,
+		Config: engine.Config{
+			Partitions:     DefaultPartitions,
+			KeyBacklog:     DefaultKeyBacklog,
+			MaxAttempts:    DefaultMaxAttempts,
+			MinBackoff:     DefaultMinBackoff,
+			MaxBackoff:     DefaultMaxBackoff,
+			DrainTimeout:   DefaultDrainTimeout,
+			DedupWindow:    DefaultDedupWindow,
+			RedeliveryWait: DefaultRedeliveryWait,
+			Receive:        pubsub.DefaultReceiveSettings,
+			SeqWindow:      DefaultSequenceWindow,
+		},
+		quiet:       DefaultQuietPeriod,
+		parkingWait: DefaultParkingWait,
 	}
 	for i, opt := range opts {
 		if opt == nil {
@@ -65,8 +51,8 @@ func newConfig(opts []Option) (config, error) {
 			return config{}, err
 		}
 	}
-	if c.workers == 0 {
-		c.workers = followOutstanding(c.receive.MaxOutstandingMessages)
+	if c.Workers == 0 {
+		c.Workers = followOutstanding(c.Receive.MaxOutstandingMessages)
 	}
 	if err := c.checkPush(); err != nil {
 		return config{}, err
@@ -100,9 +86,9 @@ func (c *config) checkPush() error {
 // would describe requests that never come. Open takes WithPushAuth and
 // WithUnauthenticatedPush without WithPush, for an existing push
 // subscription, so this waits for the subscription.
-func (c *config) checkPull(name string, have pushSettings) error {
+func (c *config) checkPull(name string, have push.Settings) error {
 	p := c.push
-	if have.endpoint != "" || p.endpoint != "" {
+	if have.Endpoint != "" || p.endpoint != "" {
 		return nil // a push subscription, or WithPush's own refusal
 	}
 	switch {
@@ -131,8 +117,8 @@ func (c *config) checkParking() error {
 	switch {
 	case c.parking == "" && c.parkingWaitSet:
 		return invalid("WithParkingWait(%v) without WithParking: the wait is parking's; add WithParking, or drop WithParkingWait", c.parkingWait)
-	case c.parking != "" && c.drainTimeout < c.parkingWait:
-		return invalid("WithDrainTimeout(%v) with a parking wait of %v: a shutdown would cut a park's wait short; make the drain timeout at least the parking wait (WithDrainTimeout, WithParkingWait)", c.drainTimeout, c.parkingWait)
+	case c.parking != "" && c.DrainTimeout < c.parkingWait:
+		return invalid("WithDrainTimeout(%v) with a parking wait of %v: a shutdown would cut a park's wait short; make the drain timeout at least the parking wait (WithDrainTimeout, WithParkingWait)", c.DrainTimeout, c.parkingWait)
 	}
 	return nil
 }
@@ -141,8 +127,8 @@ func (c *config) checkParking() error {
 // for what is logged outside Receive's recorder: when a Subscription is
 // made, and by parking.
 func (c *config) log() *slog.Logger {
-	if c.logger != nil {
-		return c.logger
+	if c.Logger != nil {
+		return c.Logger
 	}
 	return slog.Default()
 }

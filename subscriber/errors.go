@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keyorder/keyorder/ordering"
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -25,24 +26,10 @@ var ErrTopicMismatch = errors.New("keyorder/subscriber: subscription is attached
 // on the same Subscription is still running.
 var ErrReceiving = errors.New("keyorder/subscriber: Receive already running on this subscription")
 
-// PanicError is the error a handler's panic becomes. It is retried and
-// reported like any handler error (S5).
-type PanicError struct {
-	// Value is what the handler panicked with.
-	Value any
-	// Stack is the handler goroutine's stack at the panic.
-	Stack []byte
-}
-
-func (e *PanicError) Error() string {
-	return fmt.Sprintf("keyorder/subscriber: handler panicked: %v", e.Value)
-}
-
-// Unwrap returns Value if it is an error, such as a runtime error.
-func (e *PanicError) Unwrap() error {
-	err, _ := e.Value.(error)
-	return err
-}
+// PanicError is the error a handler's panic becomes: Value is what the
+// handler panicked with, Stack its goroutine's stack at the panic. It is
+// retried and reported like any handler error (S5).
+type PanicError = engine.PanicError
 
 // ErrInvalidConfig is returned, wrapped with the offending value, by
 // [CreateWithTopic] and [Open] when an [Option] or an argument is out of
@@ -53,7 +40,7 @@ var ErrInvalidConfig = errors.New("keyorder/subscriber: invalid configuration")
 // runtime.Goexit, as t.FailNow does in a test: the call did not return, so
 // the message is not processed. It is retried and reported like any
 // handler error (S5, S11).
-var ErrHandlerExited = errors.New("keyorder/subscriber: handler called runtime.Goexit")
+var ErrHandlerExited = engine.ErrHandlerExited
 
 // Permanent wraps err to tell Receive that retrying the message cannot
 // help: the failure policy applies at once, without the retries that
@@ -70,12 +57,7 @@ func Permanent(err error) error {
 }
 
 // PermanentError is the error [Permanent] returns.
-type PermanentError struct{ Err error }
-
-func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
-
-// Unwrap returns the wrapped error.
-func (e *PermanentError) Unwrap() error { return e.Err }
+type PermanentError = engine.PermanentError
 
 // RetryAfter wraps err to tell Receive to call the handler for the message
 // again after d, for example when a downstream service answered 429 with a
@@ -90,17 +72,7 @@ func RetryAfter(d time.Duration, err error) error {
 }
 
 // RetryAfterError is the error [RetryAfter] returns.
-type RetryAfterError struct {
-	Delay time.Duration
-	Err   error
-}
-
-func (e *RetryAfterError) Error() string {
-	return fmt.Sprintf("retry after %v: %v", e.Delay, e.Err)
-}
-
-// Unwrap returns the wrapped error.
-func (e *RetryAfterError) Unwrap() error { return e.Err }
+type RetryAfterError = engine.RetryAfterError
 
 // ErrNoRetention is returned, wrapped with the topic's name, by [Replay]
 // for a topic without message retention. Seeking a subscription on such a

@@ -1,14 +1,17 @@
 package subscriber
 
 import (
+	"fmt"
 	"log/slog"
-
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/keyorder/keyorder/internal/resource"
+	"github.com/keyorder/keyorder/ordering"
+
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // Defaults of the options.
@@ -53,7 +56,7 @@ func WithWorkers(n int) Option {
 		if n < 1 {
 			return invalid("WithWorkers(%d): need at least 1", n)
 		}
-		c.workers = n
+		c.Workers = n
 		return nil
 	}
 }
@@ -78,7 +81,7 @@ func WithPartitions(n int) Option {
 		if n < 1 || n > DefaultPartitions {
 			return invalid("WithPartitions(%d): need 1 to %d", n, DefaultPartitions)
 		}
-		c.partitions = n
+		c.Partitions = n
 		return nil
 	}
 }
@@ -98,7 +101,7 @@ func WithKeyBacklog(n int) Option {
 		if n < 1 {
 			return invalid("WithKeyBacklog(%d): need at least 1", n)
 		}
-		c.keyBacklog = n
+		c.KeyBacklog = n
 		return nil
 	}
 }
@@ -114,7 +117,7 @@ func WithMaxAttempts(n int) Option {
 		if n < 1 {
 			return invalid("WithMaxAttempts(%d): need at least 1", n)
 		}
-		c.maxAttempts = n
+		c.MaxAttempts = n
 		return nil
 	}
 }
@@ -133,7 +136,7 @@ func WithBackoff(min, max time.Duration) Option {
 		if min <= 0 || max < min {
 			return invalid("WithBackoff(%v, %v): need 0 < min <= max", min, max)
 		}
-		c.minBackoff, c.maxBackoff = min, max
+		c.MinBackoff, c.MaxBackoff = min, max
 		return nil
 	}
 }
@@ -148,7 +151,7 @@ func WithDrainTimeout(d time.Duration) Option {
 		if d < 0 {
 			return invalid("WithDrainTimeout(%v): negative", d)
 		}
-		c.drainTimeout = d
+		c.DrainTimeout = d
 		return nil
 	}
 }
@@ -169,7 +172,7 @@ func WithDedupWindow(n int) Option {
 		if n < 0 {
 			return invalid("WithDedupWindow(%d): negative", n)
 		}
-		c.dedupWindow = n
+		c.DedupWindow = n
 		return nil
 	}
 }
@@ -193,7 +196,7 @@ func WithRedeliveryWait(d time.Duration) Option {
 		if d <= 0 {
 			return invalid("WithRedeliveryWait(%v): need a positive wait", d)
 		}
-		c.redeliveryWait = d
+		c.RedeliveryWait = d
 		return nil
 	}
 }
@@ -207,7 +210,7 @@ func WithReceiveSettings(s pubsub.ReceiveSettings) Option {
 		if s.ShutdownOptions != nil {
 			return invalid("WithReceiveSettings: ShutdownOptions must be nil; use WithDrainTimeout")
 		}
-		c.receive = s
+		c.Receive = s
 		return nil
 	}
 }
@@ -219,7 +222,7 @@ func WithReceiveSettings(s pubsub.ReceiveSettings) Option {
 // settled all the same (S11). The default does nothing.
 func WithErrorHandler(f func(d *Delivery, err error)) Option {
 	return func(c *config) error {
-		c.onError = f
+		c.OnError = f
 		return nil
 	}
 }
@@ -234,7 +237,7 @@ func WithErrorHandler(f func(d *Delivery, err error)) Option {
 // ones.
 func WithKeyEvents(f func(KeyEvent)) Option {
 	return func(c *config) error {
-		c.onKeyEvent = f
+		c.OnKeyEvent = f
 		return nil
 	}
 }
@@ -259,7 +262,7 @@ func WithSequenceWindow(n int) Option {
 		if n < 0 {
 			return invalid("WithSequenceWindow(%d): negative", n)
 		}
-		c.seqWindow = n
+		c.SeqWindow = n
 		return nil
 	}
 }
@@ -282,7 +285,7 @@ func WithSequenceWindow(n int) Option {
 // later is a copy, and keeps its place.
 func WithUnorderedRedelivery() Option {
 	return func(c *config) error {
-		c.anyOrder = true
+		c.AnyOrder = true
 		return nil
 	}
 }
@@ -305,9 +308,9 @@ func WithUnorderedRedelivery() Option {
 // [Stats.Gaps]. A certain gap is logged at Warn once a minute at most per
 // key and producer. With several clients, the authority on what is
 // missing is a store they share (package inbox), not these counts.
-func WithGapHandler(f func(Gap)) Option {
+func WithGapHandler(f func(engine.Gap)) Option {
 	return func(c *config) error {
-		c.onGap = f
+		c.OnGap = f
 		return nil
 	}
 }
@@ -345,7 +348,7 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 		if mp == nil {
 			return invalid("WithMeterProvider(nil): leave the option out for the global provider")
 		}
-		c.meterProvider = mp
+		c.MeterProvider = mp
 		return nil
 	}
 }
@@ -364,7 +367,7 @@ func WithLogger(l *slog.Logger) Option {
 		if l == nil {
 			return invalid("WithLogger(nil): use slog.New(slog.DiscardHandler) to log nothing")
 		}
-		c.logger = l
+		c.Logger = l
 		return nil
 	}
 }
@@ -439,3 +442,39 @@ const (
 	minTopicRetention = 10 * time.Minute
 	maxTopicRetention = 31 * 24 * time.Hour
 )
+
+// WithExactlyOnceDelivery makes [CreateWithTopic] create the subscription
+// with exactly-once delivery on. It matters only at creation: an existing
+// subscription keeps its own setting, which cannot be changed after
+// creation any more than ordering ([Subscription.ExactlyOnce] reports it),
+// and CreateWithTopic and [Open] log at Warn when it lacks what the option
+// asks. The default is off.
+func WithExactlyOnceDelivery() Option {
+	return func(c *config) error {
+		c.exactlyOnce = true
+		return nil
+	}
+}
+
+// WithStampKey makes the subscriber verify every stamp against keys, any
+// of which may have signed it, so that a key can be rotated: give the
+// subscribers the new key beside the old, then switch the publishers
+// (publisher.WithStampKey, the relay's outbox.WithStampKey) to the new
+// one, then drop the old here. Each key is at least
+// [ordering.MinStampKeyBytes] (16) bytes; use 32 random bytes. No key, or
+// a short one, is an [ErrInvalidConfig]. The default verifies nothing:
+// stamps are trusted as written, as before signatures existed.
+//
+// Turn it on only once every producer of the subscription's topic signs:
+// an unsigned stamp of an honest producer is then not a stamp either, and
+// its copies are no longer found by their numbers.
+func WithStampKey(keys ...[]byte) Option {
+	return func(c *config) error {
+		k, err := ordering.NewStampKeys(keys...)
+		if err != nil {
+			return fmt.Errorf("%w: WithStampKey: %w", ErrInvalidConfig, err)
+		}
+		c.StampKeys = k
+		return nil
+	}
+}

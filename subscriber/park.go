@@ -18,6 +18,8 @@ import (
 	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/subscriber/internal/barrier"
 	"github.com/keyorder/keyorder/subscriber/internal/controllog"
+
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // Parking (WithParking) is a failure policy for poison messages: a message
@@ -148,7 +150,8 @@ func retainedTopic(ctx context.Context, client *pubsub.Client, topic string) (ti
 // in flights and waited for by shutdown and stop; and the callers of
 // Release, the watch of release requests and its runs, counted in rel.
 type parking struct {
-	r      *receiver
+	s      *Subscription
+	r      *engine.Engine
 	topics *parkingTopics
 	log    *controllog.Log
 	out    *publisher.Publisher // copies to the parking topic
@@ -176,102 +179,103 @@ var fastPublish = func() pubsub.PublishSettings {
 	return s
 }()
 
-// startParking starts r's parking, r.park: it opens the control log,
-// which replays it until it is caught up, then follows it. It returns the
-// context Receive must use, cancelled if the log can no longer be
-// followed. If parking cannot start, it returns a nil context, with the
-// error, or with nil if ctx ended meanwhile: Receive then returns at once,
-// as it would have.
-func startParking(ctx context.Context, r *receiver) (context.Context, error) {
+// startParking starts r's parking, and sets r.park, the lanes' hooks into
+// it: it opens the control log, which replays it until it is caught up,
+// then follows it. It returns the parking, for its door (Receive, the push
+// endpoint) to hold, and the context Receive must use, cancelled if the
+// log can no longer be followed. If parking cannot start, it returns a nil
+// context, with the error, or with nil if ctx ended meanwhile: Receive
+// then returns at once, as it would have.
+func startParking(ctx context.Context, s *Subscription, r *engine.Engine) (*parking, context.Context, error) {
 	// A failed Open gives up on the server within the drain timeout and
 	// a second, so that a Receive catching up returns within
 	// ShutdownBound of its ctx's end (S7).
-	lg, err := controllog.Open(ctx, r.s.client, r.s.parking.logConfig(r.s.name, r.cfg.drainTimeout, true))
+	lg, err := controllog.Open(ctx, s.client, s.parking.logConfig(s.name, r.Cfg.DrainTimeout, true))
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, nil
+			return nil, nil, nil
 		}
-		return nil, fmt.Errorf("keyorder/subscriber: replaying the parking control log: %w", err)
+		return nil, nil, fmt.Errorf("keyorder/subscriber: replaying the parking control log: %w", err)
 	}
 	// A parked copy keeps its original's stamp (flight.copyOf): the
 	// publisher does not stamp (S12).
-	out, err := publisher.New(r.s.client, r.s.parking.park, publisher.WithPublishSettings(fastPublish), publisher.WithoutStamps())
+	out, err := publisher.New(s.client, s.parking.park, publisher.WithPublishSettings(fastPublish), publisher.WithoutStamps())
 	if err != nil {
 		_ = lg.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	p := &parking{r: r, topics: r.s.parking, log: lg, out: out, stopLoop: make(chan struct{}), loopDone: make(chan struct{})}
-	p.b = barrier.New(r.cfg.parkingWait)
+	p := &parking{s: s, r: r, topics: s.parking, log: lg, out: out, stopLoop: make(chan struct{}), loopDone: make(chan struct{})}
+	p.b = barrier.New(s.cfg.parkingWait)
 	p.ops, p.cancelOps = context.WithCancel(context.Background())
 	rctx, cancel := context.WithCancelCause(ctx)
 	p.fail = cancel
-	r.park = p
+	r.SetParking(p)
 	go p.run()
 	p.startRequests() // park_release.go
-	return rctx, nil
+	return p, rctx, nil
 }
 
-// accept is called for j, a new keyed delivery on l, before the lane's
+// Accept is called for j, a new keyed delivery on l, before the lane's
 // other rules: a delivery that arrives at a lane holding nothing of its
 // key waits for the barrier. The shard's mutex must be held.
-func (p *parking) accept(l *lane) {
-	if pk := &l.pk; !pk.flight && l.running == nil && l.retry == nil && l.queue.Len() == 0 {
+func (p *parking) Accept(l *engine.Lane) {
+	if pk := &l.Pk; !pk.Flight && l.Running == nil && l.Retry == nil && l.Queue.Len() == 0 {
 		// Nothing of the key here: another process may have had it, and
 		// parked it, before the service sent j. A fence taken for an
 		// earlier delivery that did not stay (one nacked for room) is
 		// too early for j; none is needed while the view is fresh.
-		pk.fence = p.b.Arrived(time.Now())
+		pk.Fence = p.b.Arrived(time.Now())
 	}
 }
 
-// releasedLately reports whether the message id ran in the release of a
+// ReleasedLately reports whether the message id ran in the release of a
 // park that has ended, within the last hour: the service may send it
 // again after a lost ack, and it must not run twice (S6 across
 // processes).
-func (p *parking) releasedLately(id string) bool {
+func (p *parking) ReleasedLately(id string) bool {
 	return p.log.View().Released(id)
 }
 
-// divert is called by next for a lane with queued deliveries and nothing
+// Divert is called by next for a lane with queued deliveries and nothing
 // running: it holds them for the barrier, or sends them on a flight to
 // the parking topic, and reports whether it did. The shard's mutex must be
 // held.
-func (p *parking) divert(l *lane) bool {
-	pk := &l.pk
-	if l.key == "" {
+func (p *parking) Divert(l *engine.Lane) bool {
+	pk := &l.Pk
+	if l.Key == "" {
 		return false
 	}
-	park := p.log.View().ParkID(l.key)
-	if park == "" && pk.failed == nil {
-		if pk.fence != 0 {
-			if p.b.Wait(pk.fence, l.unfence) {
-				pk.waiting, l.active = true, true
+	park := p.log.View().ParkID(l.Key)
+	if park == "" && pk.Failed == nil {
+		if pk.Fence != 0 {
+			if p.b.Wait(pk.Fence, l.Unfence) {
+				pk.Waiting, l.Active = true, true
 				return true
 			}
-			pk.fence = 0
+			pk.Fence = 0
 		}
 		return false
 	}
 	// A flight needs no barrier: the log's verdict on it comes after every
 	// event published before it, so if it is refused, the view is up to
 	// date when its deliveries go back to run.
-	pk.fence = 0
-	fl := &flight{p: p, l: l, park: park, cause: pk.failed}
-	for j, ok := l.queue.Pop(); ok; j, ok = l.queue.Pop() {
+	pk.Fence = 0
+	fl := &flight{p: p, l: l, park: park, cause: pk.Failed}
+	for j, ok := l.Queue.Pop(); ok; j, ok = l.Queue.Pop() {
 		fl.jobs = append(fl.jobs, j)
 	}
-	pk.flight, l.active = true, true
+	pk.Flight, l.Active = true, true
 	p.flights.Add(1)
 	go fl.fly()
 	return true
 }
 
-// park is the failure policy with parking: j, which failed for good with
+// Park is the failure policy with parking: j, which failed for good with
 // err, goes back to the head of its lane, and the lane's next flight parks
 // the key. The shard's mutex must be held.
-func (p *parking) park(l *lane, j *job, err error) {
-	l.pk.failed = causeOf(j, err)
-	l.putBack(j)
+func (p *parking) Park(l *engine.Lane, j *engine.Job, err error) {
+	l.Pk.Failed = engine.CauseOf(j, err)
+	l.PutBack(j)
 }
 
 // move moves jobs, deliveries of key, to the parking topic: it parks the
@@ -281,9 +285,9 @@ func (p *parking) park(l *lane, j *job, err error) {
 // call parked the key. It reports false with a nil error when the log
 // refused them (the key was released meanwhile, or its new park ended at
 // once): they are then to run, or move again, as the view now says.
-func (p *parking) move(ctx context.Context, key string, jobs []*job, park string, cause *parkCause) (parked, parkedIt bool, err error) {
+func (p *parking) move(ctx context.Context, key string, jobs []*engine.Job, park string, cause *engine.ParkCause) (parked, parkedIt bool, err error) {
 	if cause != nil && park == "" {
-		v, err := p.log.Record(ctx, controllog.Event{Kind: controllog.Park, Key: key, Msg: cause.id, Err: cause.err})
+		v, err := p.log.Record(ctx, controllog.Event{Kind: controllog.Park, Key: key, Msg: cause.ID, Err: cause.Err})
 		if err != nil {
 			return false, false, err
 		}
@@ -301,7 +305,7 @@ func (p *parking) move(ctx context.Context, key string, jobs []*job, park string
 		if _, err := res.Get(ctx); err != nil {
 			return false, parkedIt, err
 		}
-		ids[i] = jobs[i].d.ID
+		ids[i] = jobs[i].D.ID
 	}
 	// The copies are stored before the log says they are parked: a
 	// release never waits for a copy that does not exist.
@@ -341,8 +345,8 @@ func (p *parking) ripen(ctx context.Context, key string) error {
 
 // copyOf is the parking topic's copy of j's message, parked under park;
 // cause is why the key parked, if it did with this move.
-func (p *parking) copyOf(j *job, park string, cause *parkCause) *publisher.Message {
-	m := j.msg
+func (p *parking) copyOf(j *engine.Job, park string, cause *engine.ParkCause) *publisher.Message {
+	m := j.Msg
 	headers := make(map[string]string, len(m.Attributes)+6+ordering.StampAttributes)
 	for k, v := range m.Attributes {
 		if k != ordering.Header { // the key travels as the ordering key (P2)
@@ -352,23 +356,23 @@ func (p *parking) copyOf(j *job, park string, cause *parkCause) *publisher.Messa
 	// The original's stamp, which Delivery took out of the attributes:
 	// the released message is the same message of the same producer, and
 	// a store that applies it once (examples/inbox) must know it.
-	if j.d.Seq != 0 {
-		ordering.Stamp{Producer: j.d.Producer, Seq: j.d.Seq}.Put(headers)
-		if j.stamp.sig != "" { // for the release to verify it again (stampkey.go)
-			headers[ordering.SignatureAttribute] = j.stamp.sig
+	if j.D.Seq != 0 {
+		ordering.Stamp{Producer: j.D.Producer, Seq: j.D.Seq}.Put(headers)
+		if j.Stamp.Sig != "" { // for the release to verify it again (stampkey.go)
+			headers[ordering.SignatureAttribute] = j.Stamp.Sig
 		}
 	}
 	headers[AttrParkID] = park
-	headers[AttrMessageID] = j.d.ID
+	headers[AttrMessageID] = j.D.ID
 	// The rest as room allows: the service takes 100 attributes.
 	extra := [][2]string{
-		{AttrSubscription, p.r.s.name},
+		{AttrSubscription, p.s.name},
 		{AttrPublishTime, m.PublishTime.UTC().Format(time.RFC3339Nano)},
 		{AttrAttempts, "0"},
 	}
-	if c := cause; c != nil && c.id == j.d.ID {
-		extra[2][1] = strconv.Itoa(c.attempt)
-		extra = append(extra, [2]string{AttrError, truncateUTF8(c.err, publisher.MaxAttributeValueBytes)})
+	if c := cause; c != nil && c.ID == j.D.ID {
+		extra[2][1] = strconv.Itoa(c.Attempt)
+		extra = append(extra, [2]string{AttrError, truncateUTF8(c.Err, publisher.MaxAttributeValueBytes)})
 	}
 	for _, kv := range extra {
 		if len(headers) < publisher.MaxAttributes {
@@ -378,42 +382,46 @@ func (p *parking) copyOf(j *job, park string, cause *parkCause) *publisher.Messa
 	return &publisher.Message{Data: m.Data, Headers: headers}
 }
 
-// told tells the WithKeyEvents callback, and the log, that key was parked
+// Told tells the WithKeyEvents callback, and the log, that key was parked
 // or unparked, cause being the message that parked it.
-func (p *parking) told(kind KeyEventKind, key string, cause *parkCause, since time.Time, reason string) {
+func (p *parking) Told(kind KeyEventKind, key string, cause *engine.ParkCause, since time.Time, reason string) {
 	if p.r == nil {
 		return
 	}
-	k := HeldKey{Key: key, MessageID: cause.id, Since: since, Attempt: cause.attempt}
-	if cause.err != "" {
-		k.Err = errors.New(cause.err)
+	k := HeldKey{Key: key, MessageID: cause.ID, Since: since, Attempt: cause.Attempt}
+	if cause.Err != "" {
+		k.Err = errors.New(cause.Err)
 	}
-	p.r.emit(KeyEvent{Kind: kind, HeldKey: k, Reason: reason, At: time.Now()})
+	p.r.Emit(KeyEvent{Kind: kind, HeldKey: k, Reason: reason, At: time.Now()})
 }
 
-// divertPush is steps 1 and 2 above, for j, a push of a keyed message: it
+// Ops ends when a shutdown, or the Close of a push endpoint, gives up on
+// what parking has under way: the moves to the parking topic.
+func (p *parking) Ops() context.Context { return p.ops }
+
+// DivertPush is steps 1 and 2 above, for j, a push of a keyed message: it
 // reports whether j was parked, and so is to be acked, or, with an error,
 // that it could not be told.
-func (p *parking) divertPush(ctx context.Context, j *job) (bool, error) {
+func (p *parking) DivertPush(ctx context.Context, j *engine.Job) (bool, error) {
 	if fence := p.b.Arrived(time.Now()); fence != 0 {
 		if err := p.syncTo(ctx, fence); err != nil {
 			return false, err
 		}
 	}
-	park := p.log.View().ParkID(j.d.Key)
+	park := p.log.View().ParkID(j.D.Key)
 	if park == "" {
 		return false, nil
 	}
-	parked, _, err := p.move(ctx, j.d.Key, []*job{j}, park, nil)
+	parked, _, err := p.move(ctx, j.D.Key, []*engine.Job{j}, park, nil)
 	return parked, err
 }
 
-// parkPush is step 3's end: j, a push that failed for good, parks its key.
+// ParkPush is step 3's end: j, a push that failed for good, parks its key.
 // It reports whether j was parked, and so is to be acked, and the cause
 // to tell of if this call parked the key.
-func (p *parking) parkPush(ctx context.Context, j *job, err error) (bool, *parkCause, error) {
-	cause := causeOf(j, err)
-	parked, parkedIt, merr := p.move(ctx, j.d.Key, []*job{j}, "", cause)
+func (p *parking) ParkPush(ctx context.Context, j *engine.Job, err error) (bool, *engine.ParkCause, error) {
+	cause := engine.CauseOf(j, err)
+	parked, parkedIt, merr := p.move(ctx, j.D.Key, []*engine.Job{j}, "", cause)
 	if !parkedIt {
 		cause = nil
 	}

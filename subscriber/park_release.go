@@ -9,7 +9,10 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 
+	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/subscriber/internal/controllog"
+
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // A ParkedKey is a key parked by [WithParking]: its messages go to the
@@ -56,13 +59,13 @@ func (s *Subscription) Parked(ctx context.Context) (_ []ParkedKey, err error) {
 	if s.parking == nil {
 		return nil, ErrNoParking
 	}
-	if r := s.current.Load(); r != nil && r.park != nil {
-		err := r.park.sync(ctx)
+	if p := s.parkNow.Load(); p != nil {
+		err := p.sync(ctx)
 		switch {
 		case err == nil:
-			return parkedKeys(r.park.log), nil
+			return parkedKeys(p.log), nil
 		case ctx.Err() != nil:
-			return parkedKeys(r.park.log), err // what it knows: as of the last event applied
+			return parkedKeys(p.log), err // what it knows: as of the last event applied
 		case !errors.Is(err, ErrNotReceiving):
 			return nil, err
 		}
@@ -130,8 +133,8 @@ func (s *Subscription) Release(ctx context.Context, key string) (err error) {
 	if s.parking == nil {
 		return ErrNoParking
 	}
-	if r := s.current.Load(); r != nil && r.park != nil && !r.stopped() {
-		return r.park.release(ctx, key)
+	if p := s.parkNow.Load(); p != nil && !p.r.Stopped() {
+		return p.release(ctx, key)
 	}
 	return s.askRelease(ctx, key, true)
 }
@@ -260,14 +263,14 @@ func (p *parking) syncTo(ctx context.Context, fence uint64) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-p.r.stopping:
+	case <-p.r.Stopping():
 		return ErrNotReceiving
 	}
 }
 
 // barrierRound runs a round of the barrier's markers, each sent through
-// the control log, again after a backoff if the publish fails (at once if
-// it failed as another's tail: controlRetry). Run by the parking loop.
+// the control log, again after controlRetry's wait if the publish fails.
+// Run by the parking loop.
 func (p *parking) barrierRound() {
 	p.b.Round(func() bool {
 		for tries := 0; ; {
@@ -276,7 +279,7 @@ func (p *parking) barrierRound() {
 				return true
 			}
 			var wait time.Duration
-			wait, tries = p.r.controlRetry(tries, err)
+			wait, tries = controlRetry(tries, err)
 			select {
 			case <-p.stopLoop:
 				return false
@@ -286,6 +289,33 @@ func (p *parking) barrierRound() {
 			}
 		}
 	})
+}
+
+// controlRetry returns the wait before the next try of a publish to the
+// control log that failed with err, and the tries counted so far. An
+// event failed as the tail of another's failure (a *publisher.PublishError
+// that is Skipped) was never sent, and its key has resumed: it goes again
+// at once, uncounted. Any other failure counts, and waits
+// controlBackoff(tries).
+func controlRetry(tries int, err error) (time.Duration, int) {
+	if engine.SkippedTail(err) {
+		return 0, tries
+	}
+	return controlBackoff(tries + 1), tries + 1
+}
+
+// controlBackoff is the wait before the next try of a publish to the
+// control log after its tries-th failure: 100 ms, doubling up to 2 s. It
+// is the control log's own, not WithBackoff's, which spaces a handler's
+// retries and may be minutes: a marker, a release's progress or a claim
+// that failed with another event's publish must not wait that long.
+func controlBackoff(tries int) time.Duration {
+	const first, most = 100 * time.Millisecond, 2 * time.Second
+	d := first
+	for i := 1; i < tries && d < most; i++ {
+		d *= 2
+	}
+	return min(d, most)
 }
 
 // startRequests starts the Receive's watch of release requests, counted in
@@ -317,7 +347,7 @@ func (p *parking) serveRequests() {
 			timer.Reset(time.Until(next))
 		}
 		select {
-		case <-p.r.stopping:
+		case <-p.r.Stopping():
 			return
 		case <-changed:
 		case <-p.rel.ended():
@@ -366,13 +396,20 @@ func (p *parking) carryOut(pr controllog.PendingRelease, rt *requestRuns) {
 		// refused because the log still showed a releaser (ErrReleasing)
 		// goes again when the log moves and no releaser is left or its
 		// lease lapses, as Claimable tells: a backoff would hold a request
-		// up to WithBackoff's wait after a release that gave up.
-		retry := err != nil && !over && !skippedTail(err) && !errors.Is(err, ErrReleasing)
-		rt.ended(pr.Key, retry, p.r.backoff)
+		// up to WithBackoff's wait after a release that gave up. A run
+		// whose publish to the control log failed goes again after
+		// controlBackoff; one that ended for another reason (the parking
+		// topic unreadable, the clock) after the handler's backoff.
+		retry := err != nil && !over && !engine.SkippedTail(err) && !errors.Is(err, ErrReleasing)
+		backoff := p.r.Backoff
+		if _, ok := errors.AsType[*publisher.PublishError](err); ok {
+			backoff = controlBackoff
+		}
+		rt.ended(pr.Key, retry, backoff)
 		p.rel.exit(pr.Key) // wakes the watch
-		if err != nil && !errors.Is(err, ErrNotReceiving) && !errors.Is(err, ErrNotParked) && !errors.Is(err, ErrReleasing) && !errors.Is(err, errRequestEnded) && !skippedTail(err) {
+		if err != nil && !errors.Is(err, ErrNotReceiving) && !errors.Is(err, ErrNotParked) && !errors.Is(err, ErrReleasing) && !errors.Is(err, errRequestEnded) && !engine.SkippedTail(err) {
 			// ErrReleasing: another Receive won the claim, or took over.
-			p.r.obs.releaseRequestFailed(pr.Key, pr.Requester, err, retry)
+			p.r.Obs.ReleaseRequestFailed(pr.Key, pr.Requester, err, retry)
 		}
 	}()
 	err = p.sync(p.ops)
@@ -408,19 +445,19 @@ func (p *parking) run() {
 	}
 }
 
-// shutdown ends what parking does for a stopping Receive: releases stop
+// Shutdown ends what parking does for a stopping Receive: releases stop
 // before their next message, and flights land. Both get what is left of
 // the drain timeout, which the handlers had too; then handlers are
 // cancelled and the flights' waits given up, their deliveries nacked.
-func (p *parking) shutdown() {
+func (p *parking) Shutdown() {
 	drained, timedOut := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(timedOut)
-		t := time.NewTimer(time.Until(p.r.ending.drainEnd(p.r.cfg.drainTimeout)))
+		t := time.NewTimer(time.Until(p.r.Ending.DrainEnd(p.r.Cfg.DrainTimeout)))
 		defer t.Stop()
 		select {
 		case <-t.C:
-			p.r.cancelHandlers()
+			p.r.CancelHandlers()
 			p.cancelOps()
 		case <-drained:
 		}
@@ -439,7 +476,7 @@ func (p *parking) stop(err error) error {
 	close(p.stopLoop)
 	p.cancelOps() // a marker on its way is not waited for
 	<-p.loopDone
-	late := p.r.ending.deadline()
+	late := p.r.Ending.Deadline()
 	if ferr := p.log.Shutdown(late); ferr != nil && err == nil && late.Err() == nil {
 		err = fmt.Errorf("keyorder/subscriber: following the parking control log: %w", ferr)
 	}

@@ -55,11 +55,11 @@ func (s *Subscription) RequestRelease(ctx context.Context, key string) (err erro
 	if s.parking == nil {
 		return ErrNoParking
 	}
-	if r := s.current.Load(); r != nil && r.park != nil {
+	if p := s.parkNow.Load(); p != nil {
 		// The running Receive's log, once synced, is caught up.
-		err := r.park.sync(ctx)
+		err := p.sync(ctx)
 		if err == nil {
-			_, err = recordRequest(ctx, r.park.log, key)
+			_, err = recordRequest(ctx, p.log, key)
 		}
 		if !errors.Is(err, ErrNotReceiving) {
 			return err

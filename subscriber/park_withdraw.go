@@ -42,11 +42,11 @@ func (s *Subscription) WithdrawRelease(ctx context.Context, key string) (err err
 	if s.parking == nil {
 		return ErrNoParking
 	}
-	if r := s.current.Load(); r != nil && r.park != nil {
+	if p := s.parkNow.Load(); p != nil {
 		// The running Receive's log, once synced, is caught up.
-		err := r.park.sync(ctx)
+		err := p.sync(ctx)
 		if err == nil {
-			err = withdrawRequest(ctx, r.park.log, key)
+			err = withdrawRequest(ctx, p.log, key)
 		}
 		if !errors.Is(err, ErrNotReceiving) {
 			return err

@@ -3,6 +3,7 @@ package subscriber
 import (
 	"context"
 
+	"github.com/keyorder/keyorder/subscriber/internal/push"
 	"google.golang.org/api/idtoken"
 )
 
@@ -11,7 +12,7 @@ import (
 // and returns a function that restores it. Only a test that runs alone
 // may change it.
 func SetNewValidator(f func(context.Context) (*idtoken.Validator, error)) (restore func()) {
-	old := newValidator
-	newValidator = f
-	return func() { newValidator = old }
+	old := push.NewValidator
+	push.NewValidator = f
+	return func() { push.NewValidator = old }
 }

@@ -5,6 +5,7 @@ import (
 	"net/url"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/keyorder/keyorder/subscriber/internal/push"
 	"google.golang.org/api/idtoken"
 )
 
@@ -117,23 +118,14 @@ type pushOptions struct {
 	validator       *idtoken.Validator
 }
 
-// pushSettings are a subscription's own push configuration.
-type pushSettings struct {
-	endpoint string // "" for a pull subscription
-	email    string // the OIDC token's account; "" for none
-	audience string // the token's audience: its own, or the endpoint's URL
-	wrapped  bool   // the body is the JSON envelope, not the bare data
-	metadata bool   // unwrapped, with the metadata as headers
-}
-
-func pushSettingsOf(sub *pubsubpb.Subscription) pushSettings {
+func pushSettingsOf(sub *pubsubpb.Subscription) push.Settings {
 	pc := sub.GetPushConfig()
-	p := pushSettings{endpoint: pc.GetPushEndpoint(), wrapped: pc.GetNoWrapper() == nil}
-	p.metadata = pc.GetNoWrapper().GetWriteMetadata()
+	p := push.Settings{Endpoint: pc.GetPushEndpoint(), Wrapped: pc.GetNoWrapper() == nil}
+	p.Metadata = pc.GetNoWrapper().GetWriteMetadata()
 	if tok := pc.GetOidcToken(); tok != nil {
-		p.email, p.audience = tok.GetServiceAccountEmail(), tok.GetAudience()
-		if p.audience == "" {
-			p.audience = p.endpoint
+		p.Email, p.Audience = tok.GetServiceAccountEmail(), tok.GetAudience()
+		if p.Audience == "" {
+			p.Audience = p.Endpoint
 		}
 	}
 	return p
@@ -155,64 +147,75 @@ func (o pushOptions) apply(sub *pubsubpb.Subscription) {
 
 // check refuses a push subscription that PushHandler could not serve
 // safely, and warns of one the options did not describe.
-func (o pushOptions) check(log *slog.Logger, name string, have pushSettings) error {
+func (o pushOptions) check(log *slog.Logger, name string, have push.Settings) error {
 	if o.strictAuth && o.email == "" {
 		return invalid("WithStrictPushAuth without WithPushAuth: give the account and audience to insist on")
 	}
-	if have.endpoint == "" {
+	if have.Endpoint == "" {
 		if o.endpoint != "" {
 			return invalid("WithPush(%q): %s exists as a pull subscription, and keeps its delivery; drop WithPush, or delete the subscription to create it anew", redactURL(o.endpoint), name)
 		}
 		return nil
 	}
-	if !have.wrapped && !have.metadata {
+	if !have.Wrapped && !have.Metadata {
 		return invalid("push subscription %s sends bare payloads without metadata: keyorder needs the message ID and ordering key (set write_metadata, or use the wrapped envelope)", name)
 	}
-	if have.email == "" && !o.unauthenticated {
+	if have.Email == "" && !o.unauthenticated {
 		return invalid("push subscription %s has no push authentication: give it WithPushAuth, or accept that with WithUnauthenticatedPush", name)
 	}
-	if have.email == "" {
+	if have.Email == "" {
 		log.Warn("keyorder/subscriber: the push subscription's requests carry no token: anyone who knows the endpoint can deliver to it",
-			"subscription", name, "endpoint", redactURL(have.endpoint))
+			"subscription", name, "endpoint", redactURL(have.Endpoint))
 	}
-	if o.endpoint != "" && o.endpoint != have.endpoint {
+	if o.endpoint != "" && o.endpoint != have.Endpoint {
 		log.Warn("keyorder/subscriber: the subscription exists and keeps its own push endpoint, which differs from WithPush",
-			"subscription", name, "endpoint", redactURL(have.endpoint), "asked", redactURL(o.endpoint))
+			"subscription", name, "endpoint", redactURL(have.Endpoint), "asked", redactURL(o.endpoint))
 	}
-	if o.email != "" && (o.email != have.email || o.wantAudience(have) != have.audience) {
+	if o.email != "" && (o.email != have.Email || o.wantAudience(have) != have.Audience) {
 		if o.strictAuth {
 			return invalid("WithStrictPushAuth: %s pushes with tokens of %q for audience %q, not WithPushAuth's %q for %q; update its push configuration, or the option",
-				name, have.email, redactURL(have.audience), o.email, redactURL(o.wantAudience(have)))
+				name, have.Email, redactURL(have.Audience), o.email, redactURL(o.wantAudience(have)))
 		}
 		log.Warn("keyorder/subscriber: the subscription exists and keeps its own push authentication, which differs from WithPushAuth",
-			"subscription", name, "account", have.email, "audience", redactURL(have.audience))
+			"subscription", name, "account", have.Email, "audience", redactURL(have.Audience))
 	}
 	return nil
 }
 
 // wantAudience is the audience WithPushAuth asks for: its own, or else the
 // endpoint's URL, WithPush's or, without it, the subscription's.
-func (o pushOptions) wantAudience(have pushSettings) string {
+func (o pushOptions) wantAudience(have push.Settings) string {
 	switch {
 	case o.audience != "":
 		return o.audience
 	case o.endpoint != "":
 		return o.endpoint
 	}
-	return have.endpoint
+	return have.Endpoint
 }
 
 // PushEndpoint returns the URL the service pushes the subscription's
 // messages to, as the service reported it when the Subscription was made;
 // "" for a pull subscription.
-func (s *Subscription) PushEndpoint() string { return s.push.endpoint }
+func (s *Subscription) PushEndpoint() string { return s.push.Endpoint }
 
 // PushAuth returns the service account whose tokens the subscription's
 // push requests carry, and the tokens' audience; "" and "" when they carry
 // none.
 func (s *Subscription) PushAuth() (serviceAccountEmail, audience string) {
-	if s.push.email == "" {
+	if s.push.Email == "" {
 		return "", ""
 	}
-	return s.push.email, s.push.audience
+	return s.push.Email, s.push.Audience
+}
+
+// redactURL returns endpoint without what may be a secret: its user
+// information, query and fragment, for the logs.
+func redactURL(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	u.User, u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = nil, "", false, "", ""
+	return u.String()
 }

@@ -2,9 +2,10 @@ package subscriber
 
 import (
 	"context"
-	"errors"
-	"sync"
 	"time"
+
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
+	"github.com/keyorder/keyorder/subscriber/internal/push"
 )
 
 // Parking from push. A push endpoint with WithParking keeps the control
@@ -30,21 +31,22 @@ import (
 
 // pushParking runs the control log for a push endpoint.
 type pushParking struct {
-	r     *receiver
-	ready chan struct{} // closed once r.park is set
+	s     *Subscription
+	r     *engine.Engine
+	ready chan struct{} // closed once parked is set
 	// lost is closed if the log stops being followed after it was up;
 	// keyed pushes are then answered 503 until Close, unkeyed ones run.
 	lost   chan struct{}
 	stop   context.CancelFunc // ends the starting loop
 	done   chan struct{}      // closed when the loop returns
-	parked *parking           // r.park, once ready
+	parked *parking           // the parking, once ready
 }
 
 // startPushParking starts the control log for r, on a goroutine of its
 // own, until stopped.
-func startPushParking(r *receiver) *pushParking {
+func startPushParking(s *Subscription, r *engine.Engine) *pushParking {
 	ctx, cancel := context.WithCancel(context.Background())
-	pp := &pushParking{r: r, ready: make(chan struct{}), lost: make(chan struct{}), stop: cancel, done: make(chan struct{})}
+	pp := &pushParking{s: s, r: r, ready: make(chan struct{}), lost: make(chan struct{}), stop: cancel, done: make(chan struct{})}
 	go pp.run(ctx)
 	return pp
 }
@@ -52,14 +54,15 @@ func startPushParking(r *receiver) *pushParking {
 func (pp *pushParking) run(ctx context.Context) {
 	defer close(pp.done)
 	for tries := 1; ; tries++ {
-		rctx, err := startParking(ctx, pp.r) // sets r.park
+		p, rctx, err := startParking(ctx, pp.s, pp.r) // sets r.park
 		if rctx != nil {
-			pp.parked = pp.r.park
-			pp.r.s.current.Store(pp.r)
+			pp.parked = p
+			pp.s.parkNow.Store(p)
+			pp.s.current.Store(pp.r)
 			close(pp.ready)
 			<-rctx.Done()
 			if ctx.Err() == nil {
-				pp.r.obs.log.Error("keyorder/subscriber: the push endpoint's parking control log is no longer followed; keyed pushes are answered 503 until Close; pushes without a key run",
+				pp.r.Obs.Log.Error("keyorder/subscriber: the push endpoint's parking control log is no longer followed; keyed pushes are answered 503 until Close; pushes without a key run",
 					"error", context.Cause(rctx))
 				close(pp.lost)
 			}
@@ -68,9 +71,9 @@ func (pp *pushParking) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		pp.r.obs.log.Warn("keyorder/subscriber: could not start the push endpoint's parking control log; will try again",
+		pp.r.Obs.Log.Warn("keyorder/subscriber: could not start the push endpoint's parking control log; will try again",
 			"error", err)
-		t := time.NewTimer(pp.r.backoff(tries))
+		t := time.NewTimer(pp.r.Backoff(tries))
 		select {
 		case <-t.C:
 		case <-ctx.Done():
@@ -82,24 +85,30 @@ func (pp *pushParking) run(ctx context.Context) {
 
 // await returns the parking component once it is up, or an error if ctx
 // ends first, the endpoint closes, or the log was lost (errParkingLost,
-// after r.park was set). Once it has
-// returned, r.park may be read: it was set before ready was closed.
-func (pp *pushParking) await(ctx context.Context) (*parking, error) {
+// after parked was set). Once it has
+// returned, parked may be read: it was set before ready was closed.
+func (pp *pushParking) Await(ctx context.Context) (push.Parked, error) {
 	select {
 	case <-pp.lost:
-		return nil, errParkingLost
+		return nil, push.ErrParkingLost
 	default:
 	}
 	select {
 	case <-pp.ready:
 		return pp.parked, nil
 	case <-pp.lost:
-		return nil, errParkingLost
-	case <-pp.r.stopping:
-		return nil, errShuttingDown
+		return nil, push.ErrParkingLost
+	case <-pp.r.Stopping():
+		return nil, push.ErrShuttingDown
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// Told tells the WithKeyEvents callback, and the log, that a push parked
+// key; the parking is up, as the push that parked it awaited it.
+func (pp *pushParking) Told(kind engine.KeyEventKind, key string, cause *engine.ParkCause, since time.Time, reason string) {
+	pp.parked.Told(kind, key, cause, since, reason)
 }
 
 // up returns the parking component if it is up, else nil.
@@ -114,7 +123,7 @@ func (pp *pushParking) up() *parking {
 
 // drain waits, at Close, for the releases running in the endpoint; a new
 // one is refused.
-func (pp *pushParking) drain() {
+func (pp *pushParking) Drain() {
 	if p := pp.up(); p != nil {
 		p.rel.close()
 	}
@@ -122,7 +131,7 @@ func (pp *pushParking) drain() {
 
 // cancel gives up on what parking has under way, once Close has waited
 // the drain: the releases' waits and the moves to the parking topic.
-func (pp *pushParking) cancel() {
+func (pp *pushParking) Cancel() {
 	if p := pp.up(); p != nil {
 		p.cancelOps()
 	}
@@ -130,52 +139,12 @@ func (pp *pushParking) cancel() {
 
 // close stops the control log, once the endpoint has drained: its
 // starting loop, then the log itself.
-func (pp *pushParking) close() {
+func (pp *pushParking) Close() {
 	pp.stop()
 	<-pp.done
 	if p := pp.parked; p != nil {
 		p.rel.close() // came up while Close drained
 		p.cancelOps()
 		_ = p.stop(nil)
-	}
-}
-
-var errParkingLost = errors.New("keyorder/subscriber: the parking control log is no longer followed")
-
-// keyGate runs the pushes of one key one at a time. The service keeps one
-// message of a key outstanding, but a push whose answer came too late is
-// pushed again while its first call may still run; the second waits for
-// the first, then finds it processed (S6) or runs it again after it.
-type keyGate struct {
-	mu   sync.Mutex
-	busy map[string]chan struct{} // closed when the key's push ends
-}
-
-// enter waits until no other push of key runs, and returns the function
-// that ends this one; or ctx.Err().
-func (g *keyGate) enter(ctx context.Context, key string) (func(), error) {
-	for {
-		g.mu.Lock()
-		ch, taken := g.busy[key]
-		if !taken {
-			if g.busy == nil {
-				g.busy = map[string]chan struct{}{}
-			}
-			ch = make(chan struct{})
-			g.busy[key] = ch
-			g.mu.Unlock()
-			return func() {
-				g.mu.Lock()
-				delete(g.busy, key)
-				g.mu.Unlock()
-				close(ch)
-			}, nil
-		}
-		g.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
 	}
 }

@@ -35,7 +35,7 @@ type releaseRun struct {
 	// last is the call path's verdict on the message running, and
 	// recorded the error of recording it, if it ran (settle); written by
 	// the call's goroutine before it ends.
-	last     verdict
+	last     engine.Verdict
 	recorded error
 }
 
@@ -85,7 +85,7 @@ func (rr *releaseRun) run(ctx context.Context) (err error) {
 			case err != nil:
 				return err
 			case v.Applied:
-				p.told(KeyUnparked, rr.key, &parkCause{id: rec.Msg, err: rec.Err}, rr.since, ReasonReleased)
+				p.Told(KeyUnparked, rr.key, &engine.ParkCause{ID: rec.Msg, Err: rec.Err}, rr.since, ReasonReleased)
 				return nil
 			case v.Ended:
 				return nil
@@ -111,7 +111,7 @@ func (rr *releaseRun) run(ctx context.Context) (err error) {
 			return fmt.Errorf("keyorder/subscriber: reading the parking topic: %w", err)
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-p.r.stopping:
+		case <-p.r.Stopping():
 			return ErrNotReceiving
 		}
 	}
@@ -122,13 +122,13 @@ func (rr *releaseRun) run(ctx context.Context) (err error) {
 // gets the official Receive's error if it fails.
 func (rr *releaseRun) read(ctx context.Context) (copies <-chan *pubsub.Message, readErr <-chan error, stop func(), err error) {
 	p := rr.p
-	client := p.r.s.client
-	rr.sub = ephemeral.Name(p.r.s.name, "subscriptions", "-release-"+ephemeral.NewID())
+	client := p.s.client
+	rr.sub = ephemeral.Name(p.s.name, "subscriptions", "-release-"+ephemeral.NewID())
 	admin := client.SubscriptionAdminClient
 	if _, err := admin.CreateSubscription(ctx, ephemeral.Subscription(rr.sub, p.topics.park, `attributes.`+AttrParkID+` = "`+rr.park+`"`)); err != nil {
 		return nil, nil, nil, fmt.Errorf("keyorder/subscriber: creating a release subscription: %w", err)
 	}
-	remove := func() { ephemeral.Remove(p.r.ending.deadline(), client, rr.sub) }
+	remove := func() { ephemeral.Remove(p.r.Ending.Deadline(), client, rr.sub) }
 	if _, err := admin.Seek(ctx, &pubsubpb.SeekRequest{
 		Subscription: rr.sub, Target: &pubsubpb.SeekRequest_Time{Time: timestamppb.New(rr.since.Add(-seekMargin))},
 	}); err != nil {
@@ -160,7 +160,7 @@ func (rr *releaseRun) read(ctx context.Context) (copies <-chan *pubsub.Message, 
 		cancel()
 		select {
 		case <-done:
-		case <-p.r.ending.deadline().Done(): // S7: the official client's goroutine ends on its own
+		case <-p.r.Ending.Deadline().Done(): // S7: the official client's goroutine ends on its own
 		}
 		remove()
 	}, nil
@@ -204,47 +204,47 @@ func (rr *releaseRun) heartbeat() (lost <-chan error, stop func()) {
 // that a handler that exits its goroutine is a failed call, retried, as
 // on every door, and the release goes on.
 func (rr *releaseRun) runOne(ctx context.Context, id string, m *pubsub.Message) error {
-	j := &job{ctx: ctx, d: releasedDelivery(rr.key, id, m), redriven: isRedriven(m.Attributes)}
-	rr.p.r.checkReleased(j, m)
+	j := &engine.Job{Ctx: ctx, D: releasedDelivery(rr.key, id, m), Redriven: engine.IsRedriven(m.Attributes)}
+	rr.p.r.CheckReleased(j, m)
 	for {
 		called := make(chan struct{})
 		go func() {
 			defer close(called)
-			rr.p.r.call(j, rr)
+			rr.p.r.Call(j, rr)
 		}()
 		<-called
 		switch v := rr.last; {
-		case v.out == engine.Acked || v.out == engine.Deduplicated:
+		case v.Out == engine.Acked || v.Out == engine.Deduplicated:
 			return rr.recorded
-		case v.out == engine.Shutdown:
+		case v.Out == engine.Shutdown:
 			return ErrNotReceiving // no retries once shutting down (S7); the key stays parked
-		case v.out.ForGood():
-			rr.p.told(KeyParked, rr.key, causeOf(j, v.err), time.Now(), "") // it stays parked, with this message first
-			return fmt.Errorf("%w: %q at message %s: %w", ErrParkedAgain, rr.key, id, v.err)
+		case v.Out.ForGood():
+			rr.p.Told(KeyParked, rr.key, engine.CauseOf(j, v.Err), time.Now(), "") // it stays parked, with this message first
+			return fmt.Errorf("%w: %q at message %s: %w", ErrParkedAgain, rr.key, id, v.Err)
 		default:
-			if err := rr.wait(ctx, v.delay); err != nil {
+			if err := rr.wait(ctx, v.Delay); err != nil {
 				return err
 			}
 		}
 	}
 }
 
-// settle is a release's door: a parked message that ran, or was skipped
+// Settle is a release's door: a parked message that ran, or was skipped
 // as processed already, is recorded in the control log before the next
 // one runs; one that failed for good stops the release, the key staying
 // parked with it at the head (the call path gave it fresh attempts for
 // the next release).
-func (rr *releaseRun) settle(j *job, v verdict) {
+func (rr *releaseRun) Settle(j *engine.Job, v engine.Verdict) {
 	rr.last = v
-	id := j.d.ID
+	id := j.D.ID
 	switch {
-	case v.out == engine.Acked || v.out == engine.Deduplicated:
+	case v.Out == engine.Acked || v.Out == engine.Deduplicated:
 		rr.done[id] = true
 		delete(rr.content, id)
-		rr.p.r.s.counts.released.Add(1)
+		rr.p.s.counts.Released.Add(1)
 		rr.recorded = rr.progress(id)
-	case v.out.ForGood():
-		rr.stop(v.err, id, v.err.Error())
+	case v.Out.ForGood():
+		rr.stop(v.Err, id, v.Err.Error())
 	}
 }
 
@@ -259,7 +259,7 @@ func (rr *releaseRun) progress(id string) error {
 			return nil
 		}
 		var wait time.Duration
-		wait, tries = p.r.controlRetry(tries, err)
+		wait, tries = controlRetry(tries, err)
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
@@ -279,7 +279,7 @@ func (rr *releaseRun) wait(ctx context.Context, d time.Duration) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-rr.p.r.stopping:
+	case <-rr.p.r.Stopping():
 		return ErrNotReceiving
 	}
 }

@@ -17,6 +17,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/keyorder/keyorder/internal/resource"
+
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // Replay hands h every message published to topicID from from up to the
@@ -224,7 +226,7 @@ func (rp *replay) run(ctx context.Context, s *Subscription) error {
 			return ctx.Err()
 		case now := <-tick.C:
 			r := s.current.Load()
-			if r == nil || !rp.rule.done(now, r.idle) {
+			if r == nil || !rp.rule.done(now, r.Idle) {
 				continue
 			}
 			cancel()
@@ -266,7 +268,7 @@ func (rp *replay) handle(ctx context.Context, d *Delivery) (err error) {
 		}
 		rp.rule.active(time.Now()) // the ack may let the service send more of the key
 	}()
-	err = invokeHandler(rp.h, ctx, d)
+	err = engine.InvokeHandler(rp.h, ctx, d)
 	return err
 }
 

@@ -1,8 +1,6 @@
 package subscriber
 
 import (
-	"sort"
-	"sync/atomic"
 	"time"
 
 	"github.com/keyorder/keyorder/subscriber/internal/engine"
@@ -11,90 +9,45 @@ import (
 // A HeldKey is a key whose next message cannot run yet because a message
 // of the key failed: it waits for the message's next attempt, or is held
 // until the service brings the message back (S5).
-type HeldKey struct {
-	Key string
-	// MessageID is the failed message: no later message of the key runs
-	// before it has succeeded.
-	MessageID string
-	// Since is when the message first failed.
-	Since time.Time
-	// Attempt is the number of handler calls of the message so far,
-	// across its deliveries (see [Delivery.Attempt]).
-	Attempt int
-	// Err is the last call's error.
-	Err error
-	// Held is true once the failure policy has applied: the message was
-	// nacked with its key's local tail, and the key waits for the service
-	// to bring it back. It is false while the message waits, here, for a
-	// retry.
-	Held bool
-	// RetryAt is when the next call is due; zero while the message is
-	// away (Held and not yet back).
-	RetryAt time.Time
-	// Queued counts the key's other deliveries waiting here: behind the
-	// message, or, for an earlier number of its producer delivered late,
-	// before it.
-	Queued int
-}
+type HeldKey = engine.HeldKey
 
 // KeyEventKind tells what happened to a key.
-type KeyEventKind int
+type KeyEventKind = engine.KeyEventKind
 
 const (
 	// KeyHeld: the failure policy applied to a message of the key, which
 	// was nacked with its local tail; the key's later messages wait for it
 	// (S5). A key that fails again while held is not reported again.
-	KeyHeld KeyEventKind = iota + 1
+	KeyHeld = engine.KeyHeld
 	// KeyReleased: the hold ended, because the failed message succeeded,
 	// the service gave up on it (dead-lettering), or the hold lapsed after
 	// [WithRedeliveryWait]. [KeyEvent.Reason] says which.
-	KeyReleased
+	KeyReleased = engine.KeyReleased
 	// KeyParked: a message of the key failed for good and the key was
 	// parked ([WithParking]): it and the key's later messages go to the
 	// parking topic until [Subscription.Release]. Told by the process
 	// that parked it.
-	KeyParked
+	KeyParked = engine.KeyParked
 	// KeyUnparked: [Subscription.Release] ran the key's parked messages
 	// and unparked it. Told by the process that released it, with the
 	// message that parked the key; Attempt is 0, as the control log does
 	// not keep that message's calls.
-	KeyUnparked
+	KeyUnparked = engine.KeyUnparked
 )
-
-func (k KeyEventKind) String() string {
-	switch k {
-	case KeyHeld:
-		return "held"
-	case KeyReleased:
-		return "released"
-	case KeyParked:
-		return "parked"
-	case KeyUnparked:
-		return "unparked"
-	}
-	return "unknown"
-}
 
 // Reasons a hold ends, in [KeyEvent.Reason].
 const (
-	ReasonSucceeded    = "succeeded"
-	ReasonDeadLettered = "dead-lettered"
-	ReasonLapsed       = "hold lapsed"
-	ReasonReleased     = "released" // KeyUnparked: by Subscription.Release
+	ReasonSucceeded    = engine.ReasonSucceeded
+	ReasonDeadLettered = engine.ReasonDeadLettered
+	ReasonLapsed       = engine.ReasonLapsed
+	ReasonReleased     = engine.ReasonReleased // KeyUnparked: by Subscription.Release
 )
 
-// A KeyEvent is what a [WithKeyEvents] callback is told.
-type KeyEvent struct {
-	Kind KeyEventKind
-	// Key is the key, and HeldKey what was known of its failure when the
-	// event happened.
-	HeldKey
-	// Reason says why a KeyReleased hold ended, and is ReasonReleased for
-	// KeyUnparked; empty for KeyHeld and KeyParked.
-	Reason string
-	// At is when it happened.
-	At time.Time
-}
+// A KeyEvent is what a [WithKeyEvents] callback is told: its Kind, the
+// HeldKey (what was known of the key's failure when the event happened),
+// the Reason a KeyReleased hold ended (ReasonReleased for KeyUnparked;
+// empty for KeyHeld and KeyParked), and when it happened, At.
+type KeyEvent = engine.KeyEvent
 
 // Stats counts what the subscription's Receive calls have done with their
 // deliveries, and what the running one holds now. [Subscription.Stats]
@@ -192,21 +145,12 @@ type Stats struct {
 	// running, and Partitions lists the busiest of them, most deliveries
 	// first: at most [StatsTop].
 	ActivePartitions int
-	Partitions       []PartitionStats
+	Partitions       []engine.PartitionStats
 	// TopBacklog lists the keys with the most deliveries here, queued or
 	// running, and TopAge those whose oldest delivery has been here
 	// longest: at most [StatsTop] each, in that order.
-	TopBacklog []KeyStats
-	TopAge     []KeyStats
-}
-
-// counters are the cumulative counts of Stats. Every field is atomic.
-type counters struct {
-	settled                                            [engine.NumOutcomes]atomic.Int64 // by outcome (receive.go)
-	received, retried, failed, deadLettered, ackFailed atomic.Int64
-	duplicates, gaps, uncertainGaps, rerun             atomic.Int64 // sequence.go
-	unverified                                         atomic.Int64 // stampkey.go
-	parked, released                                   atomic.Int64 // park.go
+	TopBacklog []engine.KeyStats
+	TopAge     []engine.KeyStats
 }
 
 // Stats returns what the subscription's Receive calls have done so far,
@@ -221,30 +165,35 @@ type counters struct {
 func (s *Subscription) Stats() Stats {
 	c := &s.counts
 	st := Stats{
-		Received:       c.received.Load(),
-		Acked:          c.settled[engine.Acked].Load(),
-		Deduplicated:   c.settled[engine.Deduplicated].Load(),
-		Retried:        c.retried.Load(),
-		Failed:         c.failed.Load(),
-		DeadLettered:   c.deadLettered.Load(),
-		NackedHeld:     c.settled[engine.Held].Load(),
-		NackedTail:     c.settled[engine.Tail].Load(),
-		NackedRoom:     c.settled[engine.Room].Load(),
-		NackedShutdown: c.settled[engine.Shutdown].Load(),
-		AckFailed:      c.ackFailed.Load(),
-		Duplicates:     c.duplicates.Load(),
-		Gaps:           c.gaps.Load(),
-		UncertainGaps:  c.uncertainGaps.Load(),
-		Rerun:          c.rerun.Load(),
-		Unverified:     c.unverified.Load(),
-		Parked:         c.parked.Load(),
-		Released:       c.released.Load(),
+		Received:       c.Received.Load(),
+		Acked:          c.Settled[engine.Acked].Load(),
+		Deduplicated:   c.Settled[engine.Deduplicated].Load(),
+		Retried:        c.Retried.Load(),
+		Failed:         c.Failed.Load(),
+		DeadLettered:   c.DeadLettered.Load(),
+		NackedHeld:     c.Settled[engine.Held].Load(),
+		NackedTail:     c.Settled[engine.Tail].Load(),
+		NackedRoom:     c.Settled[engine.Room].Load(),
+		NackedShutdown: c.Settled[engine.Shutdown].Load(),
+		AckFailed:      c.AckFailed.Load(),
+		Duplicates:     c.Duplicates.Load(),
+		Gaps:           c.Gaps.Load(),
+		UncertainGaps:  c.UncertainGaps.Load(),
+		Rerun:          c.Rerun.Load(),
+		Unverified:     c.Unverified.Load(),
+		Parked:         c.Parked.Load(),
+		Released:       c.Released.Load(),
 	}
-	st.At, st.Workers = time.Now(), s.cfg.workers
+	st.At, st.Workers = time.Now(), s.cfg.Workers
 	if r := s.current.Load(); r != nil {
-		r.survey(&st, st.At, true)
-		if r.park != nil {
-			st.ParkedKeys = parkedKeys(r.park.log)
+		var sn engine.Snapshot
+		r.Survey(&sn, st.At, true)
+		st.Receiving = true
+		st.Queued, st.Running, st.Held, st.Keys, st.OldestAge = sn.Queued, sn.Running, sn.Held, sn.Keys, sn.OldestAge
+		st.ActivePartitions, st.Partitions = sn.ActivePartitions, sn.Partitions
+		st.TopBacklog, st.TopAge = sn.TopBacklog, sn.TopAge
+		if p := s.parkNow.Load(); p != nil {
+			st.ParkedKeys = parkedKeys(p.log)
 		}
 	}
 	return st
@@ -256,17 +205,25 @@ func (s *Subscription) Stats() Stats {
 // no Receive runs.
 func (s *Subscription) HeldKeys() []HeldKey {
 	if r := s.current.Load(); r != nil {
-		_, _, held := r.lanes.snapshot()
+		_, _, held := r.Lanes.Snapshot()
 		return held
 	}
 	return nil
 }
 
-func sortHeld(held []HeldKey) {
-	sort.Slice(held, func(i, j int) bool {
-		if !held[i].Since.Equal(held[j].Since) {
-			return held[i].Since.Before(held[j].Since)
-		}
-		return held[i].Key < held[j].Key
-	})
-}
+// StatsTop is how many partitions, and how many keys in each ranking,
+// [Subscription.Stats] lists.
+const StatsTop = engine.StatsTop
+
+// A PartitionStats is one partition with work in the running Receive.
+//
+// A partition is what keys hash to with [ordering.Partition] (S3): its
+// deliveries run one at a time. With the default 65,536 partitions, few
+// keys share one and a partition is close to a key, so the busy ones point
+// at hot keys; with a few partitions ([WithPartitions]), each is a group of
+// keys that waits on its slowest. Partitions are not workers: a worker runs
+// whichever partition is ready next, so a worker has no backlog of its own.
+type PartitionStats = engine.PartitionStats
+
+// A KeyStats is one key with work in the running Receive.
+type KeyStats = engine.KeyStats

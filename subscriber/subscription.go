@@ -15,6 +15,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/keyorder/keyorder/internal/resource"
+
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
+	"github.com/keyorder/keyorder/subscriber/internal/push"
 )
 
 // A Subscription receives the messages of one Pub/Sub subscription, in
@@ -35,8 +38,12 @@ type Subscription struct {
 	receiving          atomic.Bool // a Receive is running
 	// current is the running Receive's state, for Stats and HeldKeys;
 	// nil when none runs. Set and cleared by Receive.
-	current atomic.Pointer[receiver]
-	counts  counters // cumulative over every Receive
+	current atomic.Pointer[engine.Engine]
+	// parkNow is the running Receive's parking, for Parked, Release,
+	// RequestRelease, WithdrawRelease and Stats; nil when none runs or it
+	// has no parking. Set with current, by Receive or the push endpoint.
+	parkNow atomic.Pointer[parking]
+	counts  engine.Counters // cumulative over every Receive
 	// replay is set, before its Receive starts, on the subscription of a
 	// Replay; nil otherwise.
 	replay *replay
@@ -49,8 +56,8 @@ type Subscription struct {
 	parking *parkingTopics
 	// push is the subscription's push configuration, set when made; and
 	// pushing its push endpoint, once PushHandler has made it (push.go).
-	push    pushSettings
-	pushing atomic.Pointer[pushEndpoint]
+	push    push.Settings
+	pushing atomic.Pointer[push.Endpoint]
 }
 
 // CreateWithTopic returns the subscription subID of topic topicID, creating
@@ -85,7 +92,7 @@ func CreateWithTopic(ctx context.Context, client *pubsub.Client, topicID, subID 
 	}
 	sub, err := client.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: name})
 	if status.Code(err) == codes.NotFound {
-		if err := cfg.checkPull(name, pushSettings{endpoint: cfg.push.endpoint}); err != nil {
+		if err := cfg.checkPull(name, push.Settings{Endpoint: cfg.push.endpoint}); err != nil {
 			return nil, err // before it is made a pull subscription
 		}
 		want := &pubsubpb.Subscription{
@@ -256,3 +263,8 @@ func (s *Subscription) Name() string { return s.name }
 
 // Topic returns the full resource name of the subscription's topic.
 func (s *Subscription) Topic() string { return s.topic }
+
+// ExactlyOnce reports whether the subscription has exactly-once delivery.
+// If so, Receive waits for the service to confirm each ack, and a message
+// whose ack failed runs again when it comes back.
+func (s *Subscription) ExactlyOnce() bool { return s.exactlyOnce }

@@ -28,7 +28,7 @@ const maxMethodFiles = 2
 // spread are the types whose methods live in more than maxMethodFiles
 // files today, and in how many: the figures only shrink.
 var spread = map[string]int{
-	"subscriber.Subscription":            10, // the facade's public type may spread by feature
+	"subscriber.Subscription":            9, // the facade's public type may spread by feature
 	"subscriber/internal/controllog.Log": 3,
 }
 

@@ -1,0 +1,45 @@
+package engine
+
+import (
+	"log/slog"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/keyorder/keyorder/ordering"
+)
+
+// Config is what the engine runs by: the values of the options
+// that govern a delivery's way, checked once, by newConfig.
+type Config struct {
+	Workers        int
+	Partitions     int
+	KeyBacklog     int
+	MaxAttempts    int
+	MinBackoff     time.Duration
+	MaxBackoff     time.Duration
+	DrainTimeout   time.Duration
+	DedupWindow    int
+	RedeliveryWait time.Duration
+	Receive        pubsub.ReceiveSettings // the official client's; the room (S10) follows its flow control
+	OnError        func(d *Delivery, err error)
+	OnKeyEvent     func(KeyEvent)
+	SeqWindow      int                  // sequence.go
+	AnyOrder       bool                 // sequence.go: WithUnorderedRedelivery
+	StampKeys      *ordering.StampKeys  // stampkey.go: nil verifies nothing
+	OnGap          func(Gap)            // sequence.go
+	MeterProvider  metric.MeterProvider // nil: the global one, when Receive starts
+	Logger         *slog.Logger         // nil: slog.Default(), when Receive starts
+}
+
+// Facts are what the engine knows of its subscription, from when it
+// was made.
+type Facts struct {
+	Name                        string // projects/P/subscriptions/S
+	Ordered, ExactlyOnce, Parks bool   // Parks: with WithParking
+	DeadLetterAttempts          int    // its dead-letter limit, 0 without a policy
+	Counts                      *Counters
+	// Admits reports whether a Replay reads m; nil admits every message.
+	Admits func(m *pubsub.Message) bool
+}

@@ -1,0 +1,443 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/keyorder/keyorder/internal/fifo"
+)
+
+// A Lane is one key's state in a Receive. It runs the key's deliveries one
+// at a time, in the order they arrived, or, where the server may
+// redeliver out of order, a producer's stamped ones in number order
+// (place), by submitting itself to the
+// worker pool as a task, a turn, whenever it has a delivery to run and no
+// turn queued or running and no retry pending (active). A turn runs one
+// delivery.
+//
+// A lane is also the unit of failure (S5): while its oldest message waits
+// for its next attempt, the lane has a timer and no turn, so it holds no
+// worker, and the key's later deliveries wait behind the message. When the
+// failure policy holds the key, the lane stays, with nothing queued, to
+// turn away the key's deliveries until the failed message comes back.
+//
+// A message without a key gets a lane of its own, outside the map of keys,
+// that lives as long as that one message.
+//
+// Its methods are in lane.go, its life, its turn, accepting a delivery,
+// parking and push's bookkeeping, and in lane_failure.go, failure, room and
+// what Stats reads (the census).
+type Lane struct {
+	r   *Engine // set when made
+	sh  *laneShard
+	Key string
+
+	// queue holds the deliveries received and not started, oldest first;
+	// the head may be a failed message waiting for its next attempt.
+	Queue fifo.Queue[*Job]
+	// running is the job whose handler is running, nil otherwise, and
+	// busySince when its call began.
+	Running   *Job
+	busySince time.Time
+	// pace is the recent duration of the key's handler calls, a moving
+	// average; 0 before the first. Room uses it to tell a key that drains
+	// from one that is stuck (S10).
+	pace time.Duration
+	// active is set while a turn is in the pool or running, or retry is
+	// pending: then nothing else may submit a turn. turn is set while a
+	// turn is in the pool and has not begun.
+	Active bool
+	turn   bool
+	// retry fires when the head's next attempt is due.
+	Retry *time.Timer
+	// trouble is the key's failing message, nil while it is healthy.
+	trouble *trouble
+	// roomGap is the first delivery of the key nacked for room (S10). The
+	// service sends it back before any later message of the key, so every
+	// later delivery is nacked too until it comes back, or until
+	// roomGapEnd fires after WithRedeliveryWait, in case it went to
+	// another client. (A gap in a producer's sequence numbers is another
+	// thing: sequence.go.)
+	roomGap    string
+	roomGapEnd *time.Timer
+
+	// stats counts the key's calls while it has a lane, for Stats.
+	stats laneStats
+	// pk is the lane's part in parking (park.go).
+	Pk laneParking
+}
+
+// trouble is a lane's failing message: the one no later message of the key
+// may overtake (S5). It lasts from the message's first failure to its
+// success, or until the service gives up on it.
+type trouble struct {
+	id      string
+	since   time.Time
+	attempt int   // handler calls so far
+	err     error // the last one's
+	retryAt time.Time
+	// held is set while the message is away: the failure policy nacked
+	// it, and the key waits for the service to bring it back, until
+	// lapse fires.
+	held  bool
+	lapse *time.Timer
+	// reported is set once KeyHeld has been emitted, so that KeyReleased
+	// is due when the trouble ends.
+	reported bool
+	// way is the way back of what the hold sent back, while held.
+	way *comeback
+}
+
+// release removes the lane from its shard once it holds nothing. The
+// shard's mutex must be held.
+func (l *Lane) release() {
+	if l.Active || l.Running != nil || l.Queue.Len() > 0 || l.trouble != nil || l.roomGap != "" {
+		return
+	}
+	if l.Key == "" {
+		delete(l.sh.loose, l)
+	} else if l.sh.keyed[l.Key] == l {
+		delete(l.sh.keyed, l.Key)
+	}
+}
+
+// heldKey describes the lane's trouble. The shard's mutex must be held.
+func (l *Lane) heldKey() HeldKey {
+	t := l.trouble
+	k := HeldKey{
+		Key: l.Key, MessageID: t.id, Since: t.since, Attempt: t.attempt, Err: t.err,
+		Held: t.held, RetryAt: t.retryAt, Queued: l.Queue.Len(),
+	}
+	for i := 0; i < l.Queue.Len(); i++ {
+		if l.Queue.At(i).D.ID == t.id {
+			// The failed message itself, waiting for its retry: at the
+			// head, or behind earlier messages of its producer (place).
+			k.Queued--
+			break
+		}
+	}
+	if l.Running != nil && l.Running.D.ID != t.id {
+		k.Queued++
+	}
+	if t.way != nil {
+		k.Queued += t.way.held()
+		if t.way.slots[0] != nil {
+			k.Queued-- // the failed message itself, come back
+		}
+	}
+	return k
+}
+
+// A turn is a lane's task in the worker pool: it runs the lane's oldest
+// delivery. The pool runs it on the lane key's partition, so a key's
+// turns never overlap, and it runs or drops each one exactly once.
+
+// Run runs one turn of the lane: its oldest delivery goes through the
+// call path (call.go), and the lane settles the decision (settle).
+func (l *Lane) Run() {
+	if j := l.begin(); j != nil {
+		l.r.Call(j, l)
+	}
+}
+
+// Drop is called by the pool when it discards a turn before it ran, at
+// shutdown: the lane's deliveries are nacked unrun (S7).
+func (l *Lane) Drop() {
+	l.Update(func(_ time.Time) (fx Effects) {
+		l.Active, l.turn = false, false
+		l.drain(&fx, Shutdown)
+		return fx
+	})
+}
+
+// Update is every change to a lane from outside a held shard mutex: f
+// changes it under the mutex, next decides its next turn, and what they
+// decided is applied once the mutex is released (apply). next releases a
+// Lane left with nothing.
+//
+// f returns what it decided, rather than being handed a pointer to fill:
+// a pointer passed to a function value escapes, and would cost every
+// settlement an allocation.
+func (l *Lane) Update(f func(now time.Time) Effects) {
+	l.sh.mu.Lock()
+	fx := f(time.Now())
+	l.next(&fx)
+	l.sh.mu.Unlock()
+	l.r.apply(l, &fx)
+}
+
+// begin takes the lane's oldest delivery to run it, or returns nil when
+// there is nothing to run now: the lane is shutting down, or its head is
+// not due yet.
+func (l *Lane) begin() *Job {
+	r := l.r
+	var fx Effects
+	l.sh.mu.Lock()
+	defer func() {
+		l.sh.mu.Unlock()
+		r.apply(l, &fx)
+	}()
+	l.turn = false
+	if r.Stopped() {
+		l.Active = false
+		l.drain(&fx, Shutdown)
+		l.release()
+		return nil
+	}
+	j, ok := l.Queue.Pop()
+	if !ok {
+		l.Active = false
+		l.release()
+		return nil
+	}
+	now := time.Now()
+	if now.Before(j.notBefore) {
+		// A message that failed for good on an earlier delivery waits
+		// out its backoff before its next call.
+		l.Queue.PushFront(j)
+		l.Wait(j.notBefore.Sub(now), now)
+		return nil
+	}
+	l.Running, l.busySince = j, now
+	j.D.DeliveryAttempt = j.deliveryAttempt()
+	return j
+}
+
+// Settle is the pull path's door: it delivers the call path's verdict on
+// the turn's job and moves the lane on. A success or a copy is acked (S4,
+// S6); a failure is called again after its delay, on a timer, or meets
+// the failure policy the verdict names (lane_failure.go); once Receive is
+// stopping, the job is nacked (S7).
+func (l *Lane) Settle(j *Job, v Verdict) {
+	l.Update(func(now time.Time) (fx Effects) {
+		l.Running = nil
+		if v.took > 0 {
+			l.pace = ewma(l.pace, v.took)
+			l.stats.ran(v.took)
+		}
+		l.note(j, v, now, &fx)
+		switch v.Out {
+		case Retried:
+			l.retryLater(j, v.Delay, now)
+		case Parked:
+			l.r.park.Park(l, j, v.Err) // park.go: the next flight parks the key
+		case HoldKey:
+			l.hold(j, &fx)
+		default:
+			fx.Add(j, v.Out) // acked, deduplicated, shutdown, failed
+		}
+		return fx
+	})
+}
+
+// next decides whether the lane needs another turn now, after a turn or a
+// timer. The shard's mutex must be held.
+func (l *Lane) next(fx *Effects) {
+	switch {
+	case l.Running != nil || l.turn || l.Retry != nil || l.Pk.busy():
+		// A turn runs or waits in the pool, or a retry, the barrier or a
+		// flight is pending: it will call next again.
+		return
+	case l.r.Stopped():
+		l.drain(fx, Shutdown)
+		l.Active = false
+	case l.trouble != nil && l.trouble.held:
+		// Deliveries kept while the key is held wait for the failed
+		// message to come back.
+		l.Active = false
+	case l.Queue.Len() > 0 && l.r.park != nil && l.r.park.Divert(l):
+		// Parking holds the deliveries for the barrier, or moves them to
+		// the parking topic (park.go).
+	case l.Queue.Len() > 0:
+		l.Active, l.turn = true, true
+		fx.turn = true
+	default:
+		l.Active = false
+	}
+	l.release()
+}
+
+// drain takes every queued delivery out of the lane to be nacked with out,
+// and stops its timers, at shutdown. The shard's mutex must be held.
+func (l *Lane) drain(fx *Effects, out Outcome) {
+	for j, ok := l.Queue.Pop(); ok; j, ok = l.Queue.Pop() {
+		fx.Add(j, out)
+	}
+	if l.r.clock.stop(l.Retry) {
+		l.Retry, l.Active = nil, false // no turn will come
+	}
+	if t := l.trouble; t != nil {
+		if l.r.clock.stop(t.lapse) {
+			t.lapse = nil
+		}
+		if t.way != nil {
+			for _, j := range t.way.slots {
+				if j != nil {
+					fx.Add(j, out)
+				}
+			}
+			t.way = nil
+		}
+	}
+	l.closeRoomGap()
+}
+
+// Wait makes the lane's head wait d for its next attempt, holding no
+// worker (S5): the lane stays active, so that nothing else submits a turn,
+// until the timer submits one. The shard's mutex must be held.
+func (l *Lane) Wait(d time.Duration, now time.Time) {
+	l.Active = true
+	if t := l.trouble; t != nil {
+		t.retryAt = now.Add(d)
+	}
+	l.Retry = l.r.clock.after(d, l.due)
+}
+
+// due is the retry timer's function: the head's next attempt is due.
+func (l *Lane) due() {
+	l.Update(func(time.Time) Effects { l.Retry = nil; return Effects{} })
+}
+
+// ewma folds d into the moving average avg, a quarter at a time; the first
+// sample is taken as it is.
+func ewma(avg, d time.Duration) time.Duration {
+	if avg == 0 {
+		return d
+	}
+	return avg + (d-avg)/4
+}
+
+// accept decides what becomes of j, a new delivery on l: queued, joined to
+// a delivery of the same message already here, or nacked unrun. The
+// shard's mutex must be held.
+func (l *Lane) accept(j *Job, now time.Time) Outcome {
+	r := l.r
+	if r.Stopped() {
+		return Shutdown // S7
+	}
+	id := j.D.ID
+	if l.Running != nil && l.Running.D.ID == id {
+		l.Running.join(j.Msg, true)
+		return Joined
+	}
+	for i := 0; i < l.Queue.Len(); i++ {
+		if q := l.Queue.At(i); q.D.ID == id {
+			q.join(j.Msg, false)
+			return Joined
+		}
+	}
+	j.fresh = l.holdsNothing()
+	if r.park != nil && l.Key != "" {
+		r.park.Accept(l) // park.go: the barrier
+	}
+	if prior := r.tries.prior(id); prior.failures >= r.Cfg.MaxAttempts {
+		// It failed for good on an earlier delivery: one call per
+		// delivery, after its backoff.
+		j.notBefore = now.Add(r.Backoff(prior.failures))
+	}
+	if t := l.trouble; t != nil && t.held {
+		out := l.returning(j) // lane_failure.go: S5, and the order on the way back
+		if out == Queued {
+			r.take(j)
+		}
+		return out
+	} else if l.roomGap != "" && id != l.roomGap {
+		return Room // S10: an earlier message of the key was sent back
+	} else if l.closeRoomGap(); !r.room.admit(l, j, now) {
+		l.openRoomGap(id)
+		return Room // S10
+	}
+	l.place(j, now)
+	r.take(j)
+	return Queued
+}
+
+// place queues j, a new delivery, at the back of the lane, or, on a
+// server that may redeliver out of order, if it is stamped, just before
+// the first delivery of its producer queued with a higher number: a
+// producer numbers a key's messages in the order it publishes them, so
+// those are later messages that arrived first (S3). Google's emulator
+// sends back what was nacked or expired one by one, in nack order, and a
+// later one can come first. The service delivers a key's messages in
+// order, and a lower number that arrives later is a copy stored later:
+// there the back is the place, and a fresh Receive that got the later
+// number first takes the copy for one (S12) rather than running it first.
+//
+// A delivery placed at the head, in front of one waiting for its next
+// attempt, runs now: that one keeps its wait (notBefore), and a wait that
+// is not a message's own (a park's backoff) is left alone. The shard's
+// mutex must be held.
+func (l *Lane) place(j *Job, now time.Time) {
+	i := l.Queue.Len()
+	if ordersBySeq(l, j) {
+		// The queue holds each producer's deliveries in number order, so
+		// the search from the back ends at the first of them below j.
+		for k := l.Queue.Len() - 1; k >= 0; k-- {
+			if q := l.Queue.At(k); q.D.Producer == j.D.Producer {
+				if q.D.Seq < j.D.Seq {
+					break
+				}
+				i = k
+			}
+		}
+	}
+	if i == 0 && l.Queue.Len() > 0 && l.Retry != nil && !l.turn && l.Pk.Failed == nil &&
+		now.Before(l.Queue.At(0).notBefore) && l.r.clock.stop(l.Retry) {
+		l.Retry, l.Active = nil, false // the caller's next submits a turn
+	}
+	l.Queue.Insert(i, j)
+}
+
+// PutBack returns j, which ran or was taken out of the lane, to the head
+// of the lane, behind any delivery of its producer queued with a lower
+// number (place). The shard's mutex must be held.
+func (l *Lane) PutBack(j *Job) {
+	i := 0
+	if ordersBySeq(l, j) {
+		for k := 0; k < l.Queue.Len(); k++ {
+			if q := l.Queue.At(k); q.D.Producer == j.D.Producer {
+				if q.D.Seq > j.D.Seq {
+					break
+				}
+				i = k + 1
+			}
+		}
+	}
+	l.Queue.Insert(i, j)
+}
+
+// ordersBySeq reports whether j's place in l follows its stamp: a keyed
+// delivery of an ordered subscription, stamped by its producer, from a
+// server that may redeliver out of order.
+func ordersBySeq(l *Lane, j *Job) bool {
+	return l.r.anyOrder && l.r.sub.Ordered && l.Key != "" && j.D.Producer != "" && j.D.Seq != 0
+}
+
+// holdsNothing reports whether the lane holds nothing of its key: no
+// delivery queued or running, no retry, hold or flight. The shard's mutex
+// must be held.
+func (l *Lane) holdsNothing() bool {
+	return !l.Pk.Flight && l.Running == nil && l.Retry == nil && l.Queue.Len() == 0 && l.trouble == nil
+}
+
+// pushed ends j's call in the lane, which the call path judged v: the
+// held-key record notes v, and the lane goes once it holds nothing. It
+// returns the key events to tell.
+func (l *Lane) pushed(j *Job, v Verdict) Effects {
+	var fx Effects
+	now := time.Now()
+	l.sh.mu.Lock()
+	defer l.sh.mu.Unlock()
+	l.Running = nil
+	if v.took > 0 {
+		l.pace = ewma(l.pace, v.took)
+		l.stats.ran(v.took)
+	}
+	l.note(j, v, now, &fx)
+	l.release()
+	return fx
+}
+
+// Unfence moves the lane on once the barrier it waited for has passed.
+func (l *Lane) Unfence() {
+	l.Update(func(time.Time) Effects { l.Pk.Waiting = false; return Effects{} })
+}

@@ -1,0 +1,301 @@
+package engine
+
+import (
+	"errors"
+	"time"
+
+	"github.com/keyorder/keyorder/publisher"
+)
+
+// A failed handler call is retried after a backoff, on the same delivery,
+// while the key waits without holding a worker (S5). The message fails
+// for good when the handler says so with [Permanent], or when its failed
+// calls, counted across its deliveries, reach [WithMaxAttempts]. The
+// failure policy then applies: on an ordered subscription the message is
+// nacked together with its key's local tail, unrun, and the key is held
+// until the service brings the message back; elsewhere the message alone
+// is nacked. Each later delivery of a message that failed for good gets
+// one call, after the backoff its failures have reached.
+
+// note records v, the call path's verdict on j, in the key's trouble: the
+// held-key record that HeldKeys and Stats.Held read, whatever the door
+// (the pull path's settle, and push's, pushed). A failure starts or
+// updates it; a failure for good that holds the key marks it held and
+// tells KeyHeld once; the message's success, or the service giving up on
+// it, ends it. The shard's mutex must be held.
+func (l *Lane) note(j *Job, v Verdict, now time.Time, fx *Effects) {
+	t := l.trouble
+	switch {
+	case v.Out == Acked:
+		if t != nil && t.id == j.D.ID {
+			l.endTrouble(fx, ReasonSucceeded, now)
+		}
+		return
+	case v.Out == Deduplicated || v.Out == Shutdown:
+		return
+	case t == nil || t.id != j.D.ID:
+		t = &trouble{id: j.D.ID, since: now}
+		l.trouble = t
+	}
+	t.attempt, t.err, t.retryAt = j.D.Attempt, v.Err, time.Time{}
+	switch v.Out {
+	case Retried:
+		t.retryAt = now.Add(v.Delay)
+	case Parked:
+		l.endTrouble(nil, "", now) // parking tells of the park (KeyParked)
+	case Failed:
+		if v.deadLettered && l.Key != "" && l.r.sub.Ordered {
+			// The service forwards the message instead of sending it
+			// back, and goes on with the key.
+			l.endTrouble(fx, ReasonDeadLettered, now)
+		} else {
+			l.trouble = nil // nothing to keep in order behind it (S8)
+		}
+	case HoldKey:
+		t.held = true
+		t.lapse = l.r.clock.after(l.r.Cfg.RedeliveryWait, func() { l.lapsed(t) })
+		if !t.reported {
+			t.reported = true
+			fx.events = append(fx.events, KeyEvent{Kind: KeyHeld, HeldKey: l.heldKey(), At: now})
+		}
+	}
+}
+
+// retryLater puts j, whose call failed, back at the head of the lane for
+// its next call after d, the key waiting without a worker (S5), behind
+// any earlier message of its producer that arrived while it ran (place),
+// which runs first. If the service sent the message again while the call
+// ran, the older deliveries are nacked: the newest gets the call. The
+// shard's mutex must be held.
+func (l *Lane) retryLater(j *Job, d time.Duration, now time.Time) {
+	j.dropStale()
+	j.notBefore = now.Add(d)
+	l.PutBack(j)
+	if l.Queue.At(0) == j {
+		l.Wait(d, now)
+	} // else an earlier message of its producer came meanwhile, and runs first
+}
+
+// hold is the failure policy of an ordered key without parking: the
+// failed message is nacked first, then its tail, so that the service
+// sends them back in order, and the key is held until the message comes
+// back (note marked it held). The shard's mutex must be held.
+func (l *Lane) hold(j *Job, fx *Effects) {
+	fx.Add(j, Failed)
+	way := newComeback(j.D.ID)
+	l.nackTail(fx, way)
+	l.trouble.way = way
+	// A room gap (S10) waits for a later message: the failed one now comes
+	// back first, with everything after it, and the gap would nack the
+	// messages between the two and let the later one run before them.
+	l.closeRoomGap()
+}
+
+// nackTail nacks the key's queued deliveries unrun, in order, for the
+// service to send back after the failed message, and keeps their places
+// in way. Those on their last delivery before dead-lettering are kept
+// rather than nacked: a nack would send them to the dead-letter topic
+// without their handler ever running, so they wait in their place for the
+// failed message instead. The shard's mutex must be held.
+func (l *Lane) nackTail(fx *Effects, way *comeback) {
+	for q, ok := l.Queue.Pop(); ok; q, ok = l.Queue.Pop() {
+		if l.r.DeadLettered(q) {
+			way.keep(q)
+			continue
+		}
+		fx.Add(q, Tail)
+		way.send(q.D.ID)
+	}
+}
+
+// returning is accept's part while the key is held: j is a delivery of a
+// message the hold sent back, which takes its place on the way back, or
+// one joining it there; or a later message, kept behind them if it is on
+// its last delivery before dead-lettering, and otherwise nacked (S5).
+// Once every message the hold sent back has come back, the hold's wait is
+// over.
+//
+// A later message nacked here gets no place on the way back: the order in
+// which such deliveries arrive need not be the key's when the server has
+// several passes of the key's messages in flight (a room nack's, then the
+// hold's), and placing them by arrival could run a later message first.
+// The service sends them again after the failed message and its tail, in
+// order; Google's emulator sends them in the nack request's order, which
+// this cannot mend (DESIGN.md, Lanes). The shard's mutex must be held.
+func (l *Lane) returning(j *Job) Outcome {
+	way := l.trouble.way
+	switch out := way.back(j); {
+	case out != Held:
+		if way.away == 0 {
+			l.comeBack()
+		}
+		return out
+	case l.r.DeadLettered(j):
+		way.keep(j)
+		return Queued
+	default:
+		return Held
+	}
+}
+
+// comeBack ends a hold's wait: the messages it sent back have all come
+// back, and go to the head of the lane in the order this process first
+// received them, the failed one first, whatever order the server sent
+// them back in. The shard's mutex must be held.
+func (l *Lane) comeBack() {
+	t := l.trouble
+	if l.r.clock.stop(t.lapse) {
+		t.lapse = nil
+	}
+	t.held = false
+	l.requeue()
+}
+
+// requeue puts what the hold's way back holds at the head of the lane, in
+// order. The shard's mutex must be held.
+func (l *Lane) requeue() {
+	t := l.trouble
+	if t.way == nil {
+		return
+	}
+	for i := len(t.way.slots) - 1; i >= 0; i-- {
+		if j := t.way.slots[i]; j != nil {
+			l.PutBack(j)
+		}
+	}
+	t.way = nil
+}
+
+// endTrouble ends the lane's trouble, telling the user if a hold was
+// reported, unless fx is nil. The shard's mutex must be held.
+func (l *Lane) endTrouble(fx *Effects, reason string, now time.Time) {
+	t := l.trouble
+	if l.r.clock.stop(t.lapse) {
+		t.lapse = nil
+	}
+	l.requeue() // what came back runs, in order
+	if t.reported && fx != nil {
+		fx.events = append(fx.events, KeyEvent{Kind: KeyReleased, HeldKey: l.heldKey(), Reason: reason, At: now})
+	}
+	l.trouble = nil
+}
+
+// lapsed is the lapse timer's function: the failed message t, or one sent
+// back after it, did not come back within WithRedeliveryWait, so the
+// service must have sent it to another client, and the key goes on here
+// with what came back, in order. The key showed as held all the while.
+func (l *Lane) lapsed(t *trouble) {
+	l.Update(func(now time.Time) (fx Effects) {
+		if l.trouble == t && t.held {
+			t.lapse = nil
+			l.endTrouble(&fx, ReasonLapsed, now)
+		}
+		return fx
+	})
+}
+
+// SkippedTail reports whether err is a publish failed unsent, as the tail
+// of another message's failure.
+func SkippedTail(err error) bool {
+	pe, ok := errors.AsType[*publisher.PublishError](err)
+	return ok && pe.Skipped
+}
+
+// partition returns the partition of l's key, computing it once. The
+// shard's mutex must be held.
+func (l *Lane) partition() int {
+	if l.stats.part == 0 {
+		l.stats.part = int32(l.r.pool.Partition(l.Key)) + 1
+	}
+	return int(l.stats.part) - 1
+}
+
+// oldest returns when the oldest delivery the lane holds arrived, zero if
+// it holds none. Deliveries queue in arrival order, and a running one was
+// the head before, so a healthy lane's oldest is the running job, or else
+// the head. Only a held key's failed message, coming back, goes in front
+// of older deliveries: those kept while it was away (nackTail), the oldest
+// of which is then second, or running. One job is read in the common case:
+// a Stats of many keys costs a cache miss per job it reads. The shard's
+// mutex must be held.
+func (l *Lane) oldest() time.Time {
+	if l.trouble == nil {
+		switch {
+		case l.Running != nil:
+			return l.Running.received
+		case l.Queue.Len() > 0:
+			return l.Queue.At(0).received
+		}
+		return time.Time{}
+	}
+	var t time.Time
+	older := func(j *Job) {
+		if t.IsZero() || j.received.Before(t) {
+			t = j.received
+		}
+	}
+	if l.Running != nil {
+		older(l.Running)
+	}
+	for i := 0; i < min(2, l.Queue.Len()); i++ {
+		older(l.Queue.At(i))
+	}
+	return t
+}
+
+// stuck reports whether l's backlog is not draining: its oldest message is
+// failing, or the backlog would take more than drainLimit at its pace. The
+// shard's mutex must be held.
+func (l *Lane) stuck(now time.Time) bool {
+	if l.trouble != nil {
+		return true
+	}
+	per := l.pace
+	if l.Running != nil {
+		per = max(per, now.Sub(l.busySince))
+	}
+	return time.Duration(l.Queue.Len())*per > drainLimit
+}
+
+// shed nacks l's queued deliveries past the backlog if l is stuck. The
+// shard's mutex must be held.
+func (l *Lane) shed(now time.Time, fx *Effects) {
+	if l.Queue.Len() <= l.r.room.perKey || !l.stuck(now) {
+		return
+	}
+	tail := l.Queue.Truncate(l.r.room.perKey, nil)
+	l.openRoomGap(tail[0].D.ID) // the oldest nacked comes back first
+	for _, j := range tail {
+		fx.Add(j, Room)
+	}
+}
+
+// openRoomGap nacks id for room: the key's later deliveries are nacked until
+// it comes back (S10). The shard's mutex must be held.
+func (l *Lane) openRoomGap(id string) {
+	if l.roomGap == id {
+		return
+	}
+	l.closeRoomGap()
+	l.roomGap = id
+	l.roomGapEnd = l.r.clock.after(l.r.Cfg.RedeliveryWait, func() {
+		// Not update: the lane may have a turn in the pool, and next
+		// would submit a second one.
+		l.sh.mu.Lock()
+		if l.roomGap == id {
+			l.roomGap, l.roomGapEnd = "", nil
+			l.release()
+		}
+		l.sh.mu.Unlock()
+	})
+}
+
+// closeRoomGap ends the lane's room gap, if it has one. The shard's mutex must be
+// held.
+func (l *Lane) closeRoomGap() {
+	if l.roomGap == "" {
+		return
+	}
+	l.r.clock.stop(l.roomGapEnd)
+	l.roomGap, l.roomGapEnd = "", nil
+}
