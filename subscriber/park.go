@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
@@ -37,7 +38,8 @@ import (
 // This file holds the Receive's part, the parking component, and the
 // topics it needs, and the component's methods that park a key: the hooks
 // the lanes and push call and the moves of a key's deliveries to the
-// parking topic (lane_park.go holds the lanes' side, the flights);
+// parking topic, on flights (the lanes' side of them is the engine's:
+// engine/lane_park.go, lane_failure.go);
 // park_release.go holds the methods that run it: its loop and its stop,
 // the barrier's markers, which go through the log (internal/barrier is the
 // barrier itself), releases and the release requests Receives carry out,
@@ -215,18 +217,19 @@ func startParking(ctx context.Context, s *Subscription, r *engine.Engine) (*park
 	return p, rctx, nil
 }
 
-// Accept is called for j, a new keyed delivery on l, before the lane's
-// other rules: a delivery that arrives at a lane holding nothing of its
-// key waits for the barrier. The shard's mutex must be held.
-func (p *parking) Accept(l *engine.Lane) {
-	if pk := &l.Pk; !pk.Flight && l.Running == nil && l.Retry == nil && l.Queue.Len() == 0 {
-		// Nothing of the key here: another process may have had it, and
-		// parked it, before the service sent j. A fence taken for an
-		// earlier delivery that did not stay (one nacked for room) is
-		// too early for j; none is needed while the view is fresh.
-		pk.Fence = p.b.Arrived(time.Now())
-	}
-}
+// Fence returns the barrier marker a delivery that arrived at now, at a
+// lane holding nothing of its key, must wait for: another process may have
+// had the key, and parked it, before the service sent it. 0 while the view
+// is fresh.
+func (p *parking) Fence(now time.Time) uint64 { return p.b.Arrived(now) }
+
+// ParkID returns the park in force for key in the Receive's view, "" if
+// the key is not parked.
+func (p *parking) ParkID(key string) string { return p.log.View().ParkID(key) }
+
+// Wait registers wake to be called once the barrier's marker fence has
+// come back, and reports false if it has already.
+func (p *parking) Wait(fence uint64, wake func()) bool { return p.b.Wait(fence, wake) }
 
 // ReleasedLately reports whether the message id ran in the release of a
 // park that has ended, within the last hour: the service may send it
@@ -234,48 +237,6 @@ func (p *parking) Accept(l *engine.Lane) {
 // processes).
 func (p *parking) ReleasedLately(id string) bool {
 	return p.log.View().Released(id)
-}
-
-// Divert is called by next for a lane with queued deliveries and nothing
-// running: it holds them for the barrier, or sends them on a flight to
-// the parking topic, and reports whether it did. The shard's mutex must be
-// held.
-func (p *parking) Divert(l *engine.Lane) bool {
-	pk := &l.Pk
-	if l.Key == "" {
-		return false
-	}
-	park := p.log.View().ParkID(l.Key)
-	if park == "" && pk.Failed == nil {
-		if pk.Fence != 0 {
-			if p.b.Wait(pk.Fence, l.Unfence) {
-				pk.Waiting, l.Active = true, true
-				return true
-			}
-			pk.Fence = 0
-		}
-		return false
-	}
-	// A flight needs no barrier: the log's verdict on it comes after every
-	// event published before it, so if it is refused, the view is up to
-	// date when its deliveries go back to run.
-	pk.Fence = 0
-	fl := &flight{p: p, l: l, park: park, cause: pk.Failed}
-	for j, ok := l.Queue.Pop(); ok; j, ok = l.Queue.Pop() {
-		fl.jobs = append(fl.jobs, j)
-	}
-	pk.Flight, l.Active = true, true
-	p.flights.Add(1)
-	go fl.fly()
-	return true
-}
-
-// Park is the failure policy with parking: j, which failed for good with
-// err, goes back to the head of its lane, and the lane's next flight parks
-// the key. The shard's mutex must be held.
-func (p *parking) Park(l *engine.Lane, j *engine.Job, err error) {
-	l.Pk.Failed = engine.CauseOf(j, err)
-	l.PutBack(j)
 }
 
 // move moves jobs, deliveries of key, to the parking topic: it parks the
@@ -426,4 +387,35 @@ func (p *parking) ParkPush(ctx context.Context, j *engine.Job, err error) (bool,
 		cause = nil
 	}
 	return parked, cause, merr
+}
+
+// Fly moves jobs, a lane's deliveries of key, to the parking topic on a
+// flight of its own goroutine, counted in flights: the copies are
+// published, in order, then recorded in the control log, and only then
+// acked on the subscription (by land, the lane's: engine/lane_failure.go).
+// Until it lands the lane runs nothing, so the key's later deliveries wait
+// behind it. If the key is not parked yet (park is ""), the flight parks
+// it first, and tells of the park once it has landed, so that a callback
+// cannot hold it up.
+func (p *parking) Fly(key string, jobs []*engine.Job, park string, cause *engine.ParkCause, land func(parked bool, err error)) {
+	p.flights.Add(1)
+	go func() {
+		defer p.flights.Done()
+		parked, parkedIt, err := p.move(p.ops, key, jobs, park, cause)
+		land(parked, err)
+		if parkedIt {
+			p.Told(KeyParked, key, cause, time.Now(), "")
+		}
+	}()
+}
+
+// truncateUTF8 cuts s to at most n bytes on a character boundary.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

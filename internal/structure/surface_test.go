@@ -29,7 +29,7 @@ const module = "github.com/keyorder/keyorder/"
 // for parking, once parking is a package of its own.
 var engineNames = map[string]int{
 	"subscriber/internal/push": 33,
-	"subscriber":               155,
+	"subscriber":               139,
 }
 
 // TestEngineNames logs, and bounds, the names of subscriber/internal/engine

@@ -62,8 +62,8 @@ type Lane struct {
 
 	// stats counts the key's calls while it has a lane, for Stats.
 	stats laneStats
-	// pk is the lane's part in parking (park.go).
-	Pk laneParking
+	// pk is the lane's part in parking (lane_park.go).
+	pk laneParking
 }
 
 // trouble is a lane's failing message: the one no later message of the key
@@ -194,7 +194,7 @@ func (l *Lane) begin() *Job {
 		// A message that failed for good on an earlier delivery waits
 		// out its backoff before its next call.
 		l.Queue.PushFront(j)
-		l.Wait(j.notBefore.Sub(now), now)
+		l.wait(j.notBefore.Sub(now), now)
 		return nil
 	}
 	l.Running, l.busySince = j, now
@@ -219,7 +219,7 @@ func (l *Lane) Settle(j *Job, v Verdict) {
 		case Retried:
 			l.retryLater(j, v.Delay, now)
 		case Parked:
-			l.r.park.Park(l, j, v.Err) // park.go: the next flight parks the key
+			l.park(j, v.Err) // lane_failure.go: the next flight parks the key
 		case HoldKey:
 			l.hold(j, &fx)
 		default:
@@ -233,7 +233,7 @@ func (l *Lane) Settle(j *Job, v Verdict) {
 // timer. The shard's mutex must be held.
 func (l *Lane) next(fx *Effects) {
 	switch {
-	case l.Running != nil || l.turn || l.Retry != nil || l.Pk.busy():
+	case l.Running != nil || l.turn || l.Retry != nil || l.pk.busy():
 		// A turn runs or waits in the pool, or a retry, the barrier or a
 		// flight is pending: it will call next again.
 		return
@@ -244,9 +244,9 @@ func (l *Lane) next(fx *Effects) {
 		// Deliveries kept while the key is held wait for the failed
 		// message to come back.
 		l.Active = false
-	case l.Queue.Len() > 0 && l.r.park != nil && l.r.park.Divert(l):
+	case l.Queue.Len() > 0 && l.r.park != nil && l.divert():
 		// Parking holds the deliveries for the barrier, or moves them to
-		// the parking topic (park.go).
+		// the parking topic (divert, lane_failure.go).
 	case l.Queue.Len() > 0:
 		l.Active, l.turn = true, true
 		fx.turn = true
@@ -281,10 +281,10 @@ func (l *Lane) drain(fx *Effects, out Outcome) {
 	l.closeRoomGap()
 }
 
-// Wait makes the lane's head wait d for its next attempt, holding no
+// wait makes the lane's head wait d for its next attempt, holding no
 // worker (S5): the lane stays active, so that nothing else submits a turn,
 // until the timer submits one. The shard's mutex must be held.
-func (l *Lane) Wait(d time.Duration, now time.Time) {
+func (l *Lane) wait(d time.Duration, now time.Time) {
 	l.Active = true
 	if t := l.trouble; t != nil {
 		t.retryAt = now.Add(d)
@@ -327,7 +327,7 @@ func (l *Lane) accept(j *Job, now time.Time) Outcome {
 	}
 	j.fresh = l.holdsNothing()
 	if r.park != nil && l.Key != "" {
-		r.park.Accept(l) // park.go: the barrier
+		l.fenceArrival(now) // lane_failure.go: the barrier
 	}
 	if prior := r.tries.prior(id); prior.failures >= r.Cfg.MaxAttempts {
 		// It failed for good on an earlier delivery: one call per
@@ -380,17 +380,17 @@ func (l *Lane) place(j *Job, now time.Time) {
 			}
 		}
 	}
-	if i == 0 && l.Queue.Len() > 0 && l.Retry != nil && !l.turn && l.Pk.Failed == nil &&
+	if i == 0 && l.Queue.Len() > 0 && l.Retry != nil && !l.turn && l.pk.failed == nil &&
 		now.Before(l.Queue.At(0).notBefore) && l.r.clock.stop(l.Retry) {
 		l.Retry, l.Active = nil, false // the caller's next submits a turn
 	}
 	l.Queue.Insert(i, j)
 }
 
-// PutBack returns j, which ran or was taken out of the lane, to the head
+// putBack returns j, which ran or was taken out of the lane, to the head
 // of the lane, behind any delivery of its producer queued with a lower
 // number (place). The shard's mutex must be held.
-func (l *Lane) PutBack(j *Job) {
+func (l *Lane) putBack(j *Job) {
 	i := 0
 	if ordersBySeq(l, j) {
 		for k := 0; k < l.Queue.Len(); k++ {
@@ -416,7 +416,7 @@ func ordersBySeq(l *Lane, j *Job) bool {
 // delivery queued or running, no retry, hold or flight. The shard's mutex
 // must be held.
 func (l *Lane) holdsNothing() bool {
-	return !l.Pk.Flight && l.Running == nil && l.Retry == nil && l.Queue.Len() == 0 && l.trouble == nil
+	return !l.pk.flight && l.Running == nil && l.Retry == nil && l.Queue.Len() == 0 && l.trouble == nil
 }
 
 // pushed ends j's call in the lane, which the call path judged v: the
@@ -435,9 +435,4 @@ func (l *Lane) pushed(j *Job, v Verdict) Effects {
 	l.note(j, v, now, &fx)
 	l.release()
 	return fx
-}
-
-// Unfence moves the lane on once the barrier it waited for has passed.
-func (l *Lane) Unfence() {
-	l.Update(func(time.Time) Effects { l.Pk.Waiting = false; return Effects{} })
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -70,9 +71,9 @@ func (l *Lane) note(j *Job, v Verdict, now time.Time, fx *Effects) {
 func (l *Lane) retryLater(j *Job, d time.Duration, now time.Time) {
 	j.dropStale()
 	j.notBefore = now.Add(d)
-	l.PutBack(j)
+	l.putBack(j)
 	if l.Queue.At(0) == j {
-		l.Wait(d, now)
+		l.wait(d, now)
 	} // else an earlier message of its producer came meanwhile, and runs first
 }
 
@@ -160,7 +161,7 @@ func (l *Lane) requeue() {
 	}
 	for i := len(t.way.slots) - 1; i >= 0; i-- {
 		if j := t.way.slots[i]; j != nil {
-			l.PutBack(j)
+			l.putBack(j)
 		}
 	}
 	t.way = nil
@@ -298,4 +299,97 @@ func (l *Lane) closeRoomGap() {
 	}
 	l.r.clock.stop(l.roomGapEnd)
 	l.roomGap, l.roomGapEnd = "", nil
+}
+
+// fenceArrival is called for a new keyed delivery on l, before the lane's
+// other rules: a delivery that arrives at a lane holding nothing of its
+// key waits for the barrier. The shard's mutex must be held.
+func (l *Lane) fenceArrival(now time.Time) {
+	if pk := &l.pk; !pk.flight && l.Running == nil && l.Retry == nil && l.Queue.Len() == 0 {
+		// Nothing of the key here: another process may have had it, and
+		// parked it, before the service sent the delivery. A fence taken
+		// for an earlier delivery that did not stay (one nacked for room)
+		// is too early for it; none is needed while the view is fresh.
+		pk.fence = l.r.park.Fence(now)
+	}
+}
+
+// divert is called by next for a lane with queued deliveries and nothing
+// running: it holds them for the barrier, or sends them on a flight to
+// the parking topic, and reports whether it did. The shard's mutex must be
+// held.
+func (l *Lane) divert() bool {
+	pk, park := &l.pk, l.r.park
+	if l.Key == "" {
+		return false
+	}
+	parkID := park.ParkID(l.Key)
+	if parkID == "" && pk.failed == nil {
+		if pk.fence != 0 {
+			if park.Wait(pk.fence, l.unfence) {
+				pk.waiting, l.Active = true, true
+				return true
+			}
+			pk.fence = 0
+		}
+		return false
+	}
+	// A flight needs no barrier: the log's verdict on it comes after every
+	// event published before it, so if it is refused, the view is up to
+	// date when its deliveries go back to run.
+	pk.fence = 0
+	var jobs []*Job
+	for j, ok := l.Queue.Pop(); ok; j, ok = l.Queue.Pop() {
+		jobs = append(jobs, j)
+	}
+	pk.flight, l.Active = true, true
+	park.Fly(l.Key, jobs, parkID, pk.failed, func(parked bool, err error) { l.land(jobs, parked, err) })
+	return true
+}
+
+// park is the failure policy with parking: j, which failed for good with
+// err, goes back to the head of its lane, and the lane's next flight parks
+// the key. The shard's mutex must be held.
+func (l *Lane) park(j *Job, err error) {
+	l.pk.failed = CauseOf(j, err)
+	l.putBack(j)
+}
+
+// unfence moves the lane on once the barrier it waited for has passed.
+func (l *Lane) unfence() {
+	l.Update(func(time.Time) Effects { l.pk.waiting = false; return Effects{} })
+}
+
+// land ends the flight of jobs. Parked, they are acked. Otherwise they go
+// back to the head of the lane, in order: refused by the log (the key was
+// released meanwhile), they run or fly again as the view now says; after
+// an error, the lane waits a backoff and flies again, holding the key
+// here, so that nothing is lost or overtaken. At shutdown they are nacked.
+func (l *Lane) land(jobs []*Job, parked bool, err error) {
+	r := l.r
+	l.Update(func(now time.Time) (fx Effects) {
+		pk := &l.pk
+		pk.flight = false
+		switch {
+		case parked:
+			pk.failed, pk.tries = nil, 0
+			r.Parked(&fx, jobs...)
+		case r.Stopped():
+			for _, j := range jobs {
+				fx.Add(j, Shutdown)
+			}
+		default:
+			for i := len(jobs) - 1; i >= 0; i-- {
+				l.putBack(jobs[i])
+			}
+			if err != nil {
+				pk.tries++
+				l.wait(r.Backoff(pk.tries), now)
+			}
+		}
+		return fx
+	})
+	if err != nil && !errors.Is(err, context.Canceled) {
+		r.Obs.Log.Warn("keyorder/subscriber: could not park messages; will try again", "key", l.Key, "error", err)
+	}
 }

@@ -52,8 +52,8 @@ func TestPlaceOrdersAProducersNumbers(t *testing.T) {
 	for _, j := range []*Job{mk("a", 5), mk("", 0), mk("b", 2), mk("a", 7), mk("a", 3), mk("b", 1), mk("a", 6), mk("a", 9)} {
 		l.place(j, now)
 	}
-	l.PutBack(mk("a", 4))
-	l.PutBack(mk("b", 3))
+	l.putBack(mk("a", 4))
+	l.putBack(mk("b", 3))
 	var got []string
 	for j, ok := l.Queue.Pop(); ok; j, ok = l.Queue.Pop() {
 		got = append(got, j.D.ID)
@@ -67,7 +67,7 @@ func TestPlaceOrdersAProducersNumbers(t *testing.T) {
 		l := &Lane{r: r, Key: "k"}
 		l.place(mk("a", 5), now)
 		l.place(mk("a", 3), now)
-		l.PutBack(mk("a", 4))
+		l.putBack(mk("a", 4))
 		assert.Equal(t, "a4", l.Queue.At(0).D.ID, "%s: putBack puts at the head", name)
 		assert.Equal(t, "a5", l.Queue.At(1).D.ID, "%s keeps arrival order", name)
 	}
