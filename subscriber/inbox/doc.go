@@ -75,5 +75,17 @@
 // handler of its own, before the inbox's. Without keys, stamps are
 // trusted as written (the repository's DESIGN.md, Security model).
 //
+// # The connection pool
+//
+// Each message costs the inbox one transaction, on a connection of the
+// *sql.DB it was given, for as long as the handler runs. database/sql
+// keeps 2 idle connections by default, so with more handler calls at once
+// than that, connections are closed and opened again message after
+// message. Give the pool as many idle connections as calls run at once
+// (sql.DB.SetMaxIdleConns): with 4 workers on PostgreSQL, commit to
+// applied went from about 1.15 to 1.04 times direct publishing's
+// (FIGURES.md, End to end). The inbox leaves the pool's settings to the
+// application, whose pool it is.
+//
 // The package speaks only database/sql; it imports no driver.
 package inbox
