@@ -121,7 +121,7 @@ func (s *Subscription) newReceiver(ctx context.Context, h Handler) (*engine.Engi
 }
 
 // start starts what runs beside r's lanes: parking, which first catches
-// up with its control log (park.go), and the watch of ack answers on an
+// up with its control log (internal/parking), and the watch of ack answers on an
 // exactly-once subscription. It returns the parking, nil without
 // WithParking, for Receive to stop once the official Receive has
 // returned, and the context Receive must pull with, or a nil one, with

@@ -53,7 +53,7 @@ type Subscription struct {
 	// made (policies.go).
 	policies servicePolicies
 	// parking names the parking and control topics, nil without
-	// WithParking (park.go).
+	// WithParking (parking.go).
 	parking *parking.Topics
 	// push is the subscription's push configuration, set when made; and
 	// pushing its push endpoint, once PushHandler has made it (push.go).

@@ -31,8 +31,10 @@ import (
 // which knows nothing of lanes: parking records events in it (a park, a
 // forward, a release's claim, progress, stop and unpark) and reads their
 // verdicts, its view of the parked keys, and its markers' round trips.
-// This file holds the Receive's part, the parking component, and the
-// topics it needs, and the component's methods that park a key: the hooks
+// This file holds the Receive's part, the parking component (Parking),
+// what it needs of the subscription (Config, Topics; the facade sets the
+// topics up when the Subscription is made), and the component's methods
+// that park a key: the hooks
 // the lanes and push call and the moves of a key's deliveries to the
 // parking topic, on flights (the lanes' side of them is the engine's:
 // engine/lane_park.go, lane_failure.go);
@@ -65,7 +67,7 @@ const (
 // Parking is a Receive's part in parking. It starts before the official
 // Receive and stops after it.
 //
-// Goroutines: run, the barrier's loop, started by startParking and waited
+// Goroutines: run, the barrier's loop, started by Start and waited
 // for by stop; the control log's, stopped by stop; one per flight, counted
 // in flights and waited for by shutdown and stop; and the callers of
 // Release, the watch of release requests and its runs, counted in rel.

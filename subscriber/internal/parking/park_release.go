@@ -267,7 +267,7 @@ func controlBackoff(tries int) time.Duration {
 
 // startRequests starts the Receive's watch of release requests, counted in
 // p.rel with the releases it runs, so that the shutdown waits for them
-// (S7). Called by startParking, before anything else runs.
+// (S7). Called by Start, before anything else runs.
 func (p *Parking) startRequests() {
 	p.rel.ended() // the channel exists before any release can end
 	p.rel.wg.Add(1)

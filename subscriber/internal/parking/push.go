@@ -18,7 +18,7 @@ import (
 //  1. The barrier (internal/barrier): the push waits for a marker unless a
 //     marker sent within the parking wait has come back.
 //  2. If the view shows the key parked, the message moves to the parking
-//     topic (parking.move) and is acked: 204.
+//     topic (Parking.move) and is acked: 204.
 //  3. Otherwise it runs through the call path; if it fails for good, its
 //     key parks with it, and it is acked once the park has ripened.
 //
