@@ -21,7 +21,7 @@ type config struct {
 	policies       servicePolicies // the service's, for a subscription created (policies.go)
 	topicRetention time.Duration   // for a topic created; 0 for none (subscription.go)
 	push           pushOptions     // push.go
-	parking        string          // the parking topic; "" for none (park.go)
+	parking        string          // the parking topic; "" for none (parking.go)
 	parkingWait    time.Duration   // internal/barrier
 	parkingWaitSet bool            // WithParkingWait was given
 }

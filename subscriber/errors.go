@@ -9,6 +9,7 @@ import (
 
 	"github.com/keyorder/keyorder/ordering"
 	"github.com/keyorder/keyorder/subscriber/internal/engine"
+	"github.com/keyorder/keyorder/subscriber/internal/parking"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -130,42 +131,42 @@ var ErrNoParking = errors.New("keyorder/subscriber: parking is not on (WithParki
 // later release. Where no Receive runs on the Subscription, Release does
 // not return it: it asks for the release through the control log, for a
 // Receive of the subscription on any process to carry out.
-var ErrNotReceiving = errors.New("keyorder/subscriber: no Receive is running")
+var ErrNotReceiving = parking.ErrNotReceiving
 
 // ErrNotParked is returned, wrapped with the key, by
 // [Subscription.Release] and [Subscription.RequestRelease] for a key that
 // is not parked.
-var ErrNotParked = errors.New("keyorder/subscriber: key is not parked")
+var ErrNotParked = parking.ErrNotParked
 
 // ErrReleasing is returned, wrapped with the key, by [Subscription.Release]
 // in a running Receive when another release of the key runs, here or on
 // another process, or took the release over.
-var ErrReleasing = errors.New("keyorder/subscriber: key is being released")
+var ErrReleasing = parking.ErrReleasing
 
 // ErrParkedAgain is returned, wrapped with the key, the message and the
 // handler's error, by [Subscription.Release] when a parked message fails
 // for good again: the release stops there and the key stays parked. A
 // Release that waited for another process to carry out its request wraps
 // an error with the text of the handler's, as the control log keeps it.
-var ErrParkedAgain = errors.New("keyorder/subscriber: a released message failed again; the key stays parked")
+var ErrParkedAgain = parking.ErrParkedAgain
 
 // ErrNoRequest is returned, wrapped with the key, by
 // [Subscription.WithdrawRelease] for a parked key with no release request
 // pending.
-var ErrNoRequest = errors.New("keyorder/subscriber: no release request is pending for the key")
+var ErrNoRequest = parking.ErrNoRequest
 
 // ErrReleased is returned, wrapped with the key and [ErrNotParked], by
 // [Subscription.Release] and [Subscription.RequestRelease] for a key that
 // is not parked because a release unparked it within the last hour: an
 // earlier request, by another operator or a command run twice, was
 // carried out meanwhile, and what it parked has run.
-var ErrReleased = errors.New("keyorder/subscriber: the key was released already")
+var ErrReleased = parking.ErrReleased
 
 // ErrWithdrawn is returned, wrapped with the key, by a
 // [Subscription.Release] that waited for another process to carry out its
 // request, when the request was withdrawn ([Subscription.WithdrawRelease])
 // before any release of it began: the key stays parked, nothing of it ran.
-var ErrWithdrawn = errors.New("keyorder/subscriber: the release request was withdrawn; the key stays parked")
+var ErrWithdrawn = parking.ErrWithdrawn
 
 // ErrUnsupported is matched, through errors.Is, by the *[UnsupportedError]
 // that [CreateWithTopic] and [Open] return with [WithParking], and

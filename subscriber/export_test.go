@@ -1,15 +1,19 @@
 package subscriber
 
-import "time"
+import (
+	"time"
+
+	"github.com/keyorder/keyorder/subscriber/internal/parking"
+)
 
 // SetReleaseLease sets how long a releaser's claim holds without a
 // heartbeat, for a test that must see one lapse, and returns a function
 // that restores it. The lease is part of the control log's rules, the same
 // for every process, so only a test that runs alone may change it.
 func SetReleaseLease(d time.Duration) (restore func()) {
-	old := releaseLease
-	releaseLease = d
-	return func() { releaseLease = old }
+	old := parking.ReleaseLease
+	parking.ReleaseLease = d
+	return func() { parking.ReleaseLease = old }
 }
 
 // SetGapQuiet sets how long a key must have been quiet for a gap before

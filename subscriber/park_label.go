@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/keyorder/keyorder/subscriber/internal/ephemeral"
+	"github.com/keyorder/keyorder/subscriber/internal/parking"
 )
 
 // LabelParking is the label of a subscription whose processes park keys
@@ -74,7 +75,7 @@ func checkParkingLabel(sub *pubsubpb.Subscription, topic string) error {
 	return nil
 }
 
-// chooseParking makes t.park the parking topic of sub, whose label
+// chooseParking makes t.Park the parking topic of sub, whose label
 // checkParkingLabel accepted, unless it is labelled already.
 //
 // Two processes that open an unlabelled subscription at once must not
@@ -89,13 +90,13 @@ func checkParkingLabel(sub *pubsubpb.Subscription, topic string) error {
 // another's was deleted reads the label that one wrote before deleting
 // it, and is refused by checkParkingLabel if it differs. No timing is
 // assumed.
-func chooseParking(ctx context.Context, client *pubsub.Client, sub *pubsubpb.Subscription, t *parkingTopics) error {
+func chooseParking(ctx context.Context, client *pubsub.Client, sub *pubsubpb.Subscription, t *parking.Topics) error {
 	if _, labelled := sub.GetLabels()[LabelParking]; labelled {
 		return nil
 	}
 	name, admin := sub.GetName(), client.SubscriptionAdminClient
 	choice := choiceName(name)
-	_, err := admin.CreateSubscription(ctx, ephemeral.Subscription(choice, t.park, `attributes.keyorder-parking-choice = "1"`))
+	_, err := admin.CreateSubscription(ctx, ephemeral.Subscription(choice, t.Park, `attributes.keyorder-parking-choice = "1"`))
 	switch {
 	case status.Code(err) == codes.AlreadyExists:
 		// Another opener's, under way; or one a crash left, for a day.
@@ -105,9 +106,9 @@ func chooseParking(ctx context.Context, client *pubsub.Client, sub *pubsubpb.Sub
 			// Deleted meanwhile, once its label was written: read below.
 		case err != nil:
 			return fmt.Errorf("keyorder/subscriber: choosing the parking topic of %s: %w", name, err)
-		case held.GetTopic() != t.park:
+		case held.GetTopic() != t.Park:
 			return invalid("WithParking(%s): another process opening the subscription %s chose another parking topic, %s, at the same time: every process must park to the same one; use that topic (if no process is opening it, a crash left the choice %s behind: delete it)",
-				t.park, name, held.GetTopic(), choice)
+				t.Park, name, held.GetTopic(), choice)
 		}
 	case err != nil:
 		return fmt.Errorf("keyorder/subscriber: choosing the parking topic of %s: %w", name, err)
@@ -119,13 +120,13 @@ func chooseParking(ctx context.Context, client *pubsub.Client, sub *pubsubpb.Sub
 	if sub, err = admin.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: name}); err != nil {
 		return fmt.Errorf("keyorder/subscriber: subscription %s: %w", name, err)
 	}
-	if err := checkParkingLabel(sub, t.park); err != nil {
+	if err := checkParkingLabel(sub, t.Park); err != nil {
 		return err // labelled meanwhile, by another process
 	}
 	if _, labelled := sub.GetLabels()[LabelParking]; labelled {
 		return nil
 	}
-	return labelParking(ctx, client, sub, parkingLabel(projectOf(name), t.park))
+	return labelParking(ctx, client, sub, parkingLabel(projectOf(name), t.Park))
 }
 
 // choiceName is the name of the subscription that holds the choice of

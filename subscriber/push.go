@@ -3,6 +3,7 @@ package subscriber
 import (
 	"context"
 	"fmt"
+	"github.com/keyorder/keyorder/subscriber/internal/parking"
 	"github.com/keyorder/keyorder/subscriber/internal/push"
 	"net/http"
 )
@@ -69,7 +70,10 @@ func (s *Subscription) PushHandler(h Handler) http.Handler {
 		},
 	}
 	if s.parking != nil {
-		cfg.Parking = startPushParking(s, r) // stores s.current once up
+		cfg.Parking = parking.StartPush(s.parkingConfig(), r, func(p *parking.Parking) {
+			s.parkNow.Store(p)
+			s.current.Store(r) // once up
+		})
 	} else {
 		s.current.Store(r)
 	}

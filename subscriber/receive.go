@@ -6,6 +6,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 
 	"github.com/keyorder/keyorder/subscriber/internal/engine"
+	"github.com/keyorder/keyorder/subscriber/internal/parking"
 )
 
 // Receive calls h for each message of the subscription until ctx ends,
@@ -101,7 +102,7 @@ func (s *Subscription) Receive(ctx context.Context, h Handler) error {
 	}
 	r.NackLeftovers()
 	if p != nil {
-		pullErr = p.stop(pullErr)
+		pullErr = p.Stop(pullErr)
 	}
 	return r.Finish(pullErr)
 }
@@ -120,17 +121,17 @@ func (s *Subscription) newReceiver(ctx context.Context, h Handler) (*engine.Engi
 }
 
 // start starts what runs beside r's lanes: parking, which first catches
-// up with its control log (park.go), and the watch of ack answers on an
+// up with its control log (internal/parking), and the watch of ack answers on an
 // exactly-once subscription. It returns the parking, nil without
 // WithParking, for Receive to stop once the official Receive has
 // returned, and the context Receive must pull with, or a nil one, with
 // the error or with nil if ctx ended meanwhile, when Receive must return
 // at once; nothing it started then runs on.
-func (s *Subscription) start(ctx context.Context, r *engine.Engine) (*parking, context.Context, error) {
-	var p *parking
+func (s *Subscription) start(ctx context.Context, r *engine.Engine) (*parking.Parking, context.Context, error) {
+	var p *parking.Parking
 	if s.parking != nil {
 		var err error
-		if p, ctx, err = startParking(ctx, s, r); ctx == nil {
+		if p, ctx, err = parking.Start(ctx, s.parkingConfig(), r); ctx == nil {
 			return nil, nil, err
 		}
 	}

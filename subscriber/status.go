@@ -193,7 +193,7 @@ func (s *Subscription) Stats() Stats {
 		st.ActivePartitions, st.Partitions = sn.ActivePartitions, sn.Partitions
 		st.TopBacklog, st.TopAge = sn.TopBacklog, sn.TopAge
 		if p := s.parkNow.Load(); p != nil {
-			st.ParkedKeys = parkedKeys(p.log)
+			st.ParkedKeys = p.Keys()
 		}
 	}
 	return st

@@ -17,6 +17,7 @@ import (
 	"github.com/keyorder/keyorder/internal/resource"
 
 	"github.com/keyorder/keyorder/subscriber/internal/engine"
+	"github.com/keyorder/keyorder/subscriber/internal/parking"
 	"github.com/keyorder/keyorder/subscriber/internal/push"
 )
 
@@ -42,7 +43,7 @@ type Subscription struct {
 	// parkNow is the running Receive's parking, for Parked, Release,
 	// RequestRelease, WithdrawRelease and Stats; nil when none runs or it
 	// has no parking. Set with current, by Receive or the push endpoint.
-	parkNow atomic.Pointer[parking]
+	parkNow atomic.Pointer[parking.Parking]
 	counts  engine.Counters // cumulative over every Receive
 	// replay is set, before its Receive starts, on the subscription of a
 	// Replay; nil otherwise.
@@ -52,8 +53,8 @@ type Subscription struct {
 	// made (policies.go).
 	policies servicePolicies
 	// parking names the parking and control topics, nil without
-	// WithParking (park.go).
-	parking *parkingTopics
+	// WithParking (parking.go).
+	parking *parking.Topics
 	// push is the subscription's push configuration, set when made; and
 	// pushing its push endpoint, once PushHandler has made it (push.go).
 	push    push.Settings

@@ -25,10 +25,14 @@ const maxFileLines = 500
 // maxMethodFiles is the bound on the files a type's methods live in.
 const maxMethodFiles = 2
 
+// facadeLines bounds the facade package's non-test lines, today's figure:
+// it only shrinks, towards the target of 3,000.
+const facadeLines = 3198
+
 // spread are the types whose methods live in more than maxMethodFiles
 // files today, and in how many: the figures only shrink.
 var spread = map[string]int{
-	"subscriber.Subscription":            9, // the facade's public type may spread by feature
+	"subscriber.Subscription":            7, // the facade's public type may spread by feature
 	"subscriber/internal/controllog.Log": 3,
 }
 
@@ -238,6 +242,7 @@ func TestSubscriberStructure(t *testing.T) {
 	t.Logf("non-test files over %d lines: %v", maxFileLines, long)
 
 	assert.Empty(t, long, "STYLE: files under %d lines", maxFileLines)
+	assert.LessOrEqual(t, lines["subscriber"], facadeLines, "the facade's lines (target 3,000)")
 }
 
 // foreignWriters lists the files that write typ's fields but neither

@@ -26,10 +26,11 @@ const module = "github.com/keyorder/keyorder/"
 // engineNames is how many names of the engine (its types, functions,
 // constants, variables, methods and fields) each door's package uses
 // today: the figures only shrink. The target is 15 for push and
-// for parking, once parking is a package of its own.
+// for parking.
 var engineNames = map[string]int{
-	"subscriber/internal/push": 33,
-	"subscriber":               139,
+	"subscriber/internal/push":    33,
+	"subscriber/internal/parking": 60,
+	"subscriber":                  102,
 }
 
 // TestEngineNames logs, and bounds, the names of subscriber/internal/engine

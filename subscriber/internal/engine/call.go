@@ -13,7 +13,7 @@ import (
 // The call path. Every handler call goes through call, whatever brought
 // the message: a turn of a key's lane on the pull path (lane.go, which
 // Replay's Receive also runs), a release of a parked key
-// (park_release.go), or a push request (push.go). It decides, in this
+// (parking/release_run.go), or a push request (push/endpoint.go). It decides, in this
 // order, what becomes of the message:
 //
 //  1. Shutdown (S7): once Receive is stopping, nothing starts.

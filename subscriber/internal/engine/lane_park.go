@@ -9,7 +9,7 @@ import "time"
 // topic), when a message fails for good (park), and when a flight lands
 // are the lane's methods, beside its other failure policies
 // (lane_failure.go). Parking itself, the barrier, the control log's view
-// and the move to the parking topic, is the door's (subscriber's park.go),
+// and the move to the parking topic, is the door's (internal/parking: park.go),
 // seen through Parking.
 
 // Parking is what the lanes, the call path and the receiver's shutdown see

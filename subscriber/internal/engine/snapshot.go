@@ -12,7 +12,7 @@ type Counters struct {
 	Received, Retried, Failed, DeadLettered, AckFailed atomic.Int64
 	Duplicates, Gaps, UncertainGaps, Rerun             atomic.Int64 // sequence.go
 	Unverified                                         atomic.Int64 // stampkey.go
-	Parked, Released                                   atomic.Int64 // park.go
+	Parked, Released                                   atomic.Int64 // internal/parking
 }
 
 // Snapshot is what a running Receive holds now, for Stats and the

@@ -61,7 +61,7 @@ type Config struct {
 }
 
 // Parking is what a push endpoint sees of its parking
-// (push_park.go): it waits for the control log to be up, and drains,
+// (internal/parking: push.go): it waits for the control log to be up, and drains,
 // cancels and closes it with the endpoint.
 type Parking interface {
 	// Await returns the parking once it is up, or an error if ctx ends
@@ -104,7 +104,7 @@ type Endpoint struct {
 	// tokens checks the requests' tokens (push_auth.go).
 	tokens *tokenChecker
 
-	// parking keeps the control log, with WithParking (push_park.go); keys
+	// parking keeps the control log, with WithParking (internal/parking: push.go); keys
 	// runs a key's pushes one at a time.
 	parking Parking
 	keys    keyGate

@@ -1,4 +1,4 @@
-package subscriber
+package parking
 
 import (
 	"context"
@@ -15,9 +15,8 @@ import (
 	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
-// A ParkedKey is a key parked by [WithParking]: its messages go to the
-// parking topic, and none runs until its release ([Subscription.Release],
-// [Subscription.RequestRelease]).
+// A ParkedKey is a key parked, as the facade's ParkedKey (an alias)
+// documents it.
 type ParkedKey struct {
 	Key string
 	// Since is when the key was parked, by the service's clock.
@@ -40,26 +39,11 @@ type ParkedKey struct {
 	ReleaseRequestedBy string
 }
 
-// Parked lists the keys parked now, oldest first, as every process
-// receiving the subscription sees them: from the running Receive, once it
-// has caught up with the control log, or else from a replay of the log.
-// It returns an error matching [ErrNoParking] without [WithParking], and
-// ctx.Err() if ctx ends first.
-//
-// Parked returns by its ctx, whatever the control topic does: if ctx ends
-// before the running Receive has caught up, it returns the keys as that
-// Receive last saw them, with ctx.Err(); without a Receive, it returns
-// ctx.Err() within about a second, as a replay that did not finish knows
-// nothing whole.
-func (s *Subscription) Parked(ctx context.Context) (_ []ParkedKey, err error) {
-	defer func() { err = ended(ctx, "listing parked keys", err) }()
-	if s == nil {
-		return nil, invalid("Parked on a nil Subscription")
-	}
-	if s.parking == nil {
-		return nil, ErrNoParking
-	}
-	if p := s.parkNow.Load(); p != nil {
+// Parked lists the keys parked now, for Subscription.Parked: from p, the
+// running door's parking, once it has caught up with the control log, or
+// else (p nil, or its door stopped) from a replay of the log.
+func Parked(ctx context.Context, cfg Config, p *Parking) ([]ParkedKey, error) {
+	if p != nil {
 		err := p.sync(ctx)
 		switch {
 		case err == nil:
@@ -70,7 +54,7 @@ func (s *Subscription) Parked(ctx context.Context) (_ []ParkedKey, err error) {
 			return nil, err
 		}
 	}
-	lg, err := s.openLog(ctx)
+	lg, err := openLog(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -78,6 +62,9 @@ func (s *Subscription) Parked(ctx context.Context) (_ []ParkedKey, err error) {
 	_ = lg.Close()
 	return list, nil
 }
+
+// Keys lists the keys parked in p's view, oldest first, for Stats.
+func (p *Parking) Keys() []ParkedKey { return parkedKeys(p.log) }
 
 // parkedKeys lists the keys parked in lg's state, oldest first.
 func parkedKeys(lg *controllog.Log) []ParkedKey {
@@ -89,54 +76,14 @@ func parkedKeys(lg *controllog.Log) []ParkedKey {
 	return out
 }
 
-// Release runs key's parked messages through the handler, in the order
-// they were parked, each exactly once, then unparks the key: its later
-// messages run as they come, and those that went to the parking topic
-// meanwhile run first. It returns nil once the key is unparked.
-//
-// Where a Receive runs on s, the release runs in it: the handler calls run
-// on the calling goroutine, one at a time, with the retries, backoff and
-// attempts of any message; they count against no worker of [WithWorkers].
-// Where none runs on s, as in an operator's command, Release asks for the
-// release as [Subscription.RequestRelease] does and waits while a Receive
-// of the subscription, on any process, carries it out: through its
-// handler, in the same order. If ctx ends first, Release returns ctx.Err()
-// and the request stays recorded, for a Receive to carry out.
-//
-// Each message's success is recorded in the control log before the next
-// one runs, so a release stopped in the middle (its ctx ends, Receive
-// stops, the process dies) loses and reorders nothing: the key stays
-// parked with what is left, which a later release, on any process, runs.
-// A message whose handler succeeded but whose record was lost with the
-// process runs again then, as an unacked message would.
-//
-// If a parked message fails for good again, the release stops there, the
-// key stays parked, and Release returns an error matching
-// [ErrParkedAgain] and wrapping the handler's error (where no Receive runs
-// on s, an error with its text, as the log keeps it).
-//
-// Release returns an error matching [ErrNotParked] when the key is not
-// parked, at once, which also matches [ErrReleased] if a release unparked
-// it within the last hour; [ErrNoParking] without [WithParking]; and ctx.Err()
-// when ctx ends first. Where a Receive runs on s, it also returns
-// [ErrNotReceiving] when that Receive stops during the release, and
-// [ErrReleasing] when another release of the key runs, here or on another
-// process (one whose process died is taken over after 30 s without a sign
-// of life); where none runs, Release waits for such a release to end, and
-// returns an error matching [ErrWithdrawn] if its request is withdrawn
-// ([Subscription.WithdrawRelease]) before a release of it begins.
-func (s *Subscription) Release(ctx context.Context, key string) (err error) {
-	defer func() { err = ended(ctx, "releasing", err) }()
-	if s == nil {
-		return invalid("Release on a nil Subscription")
-	}
-	if s.parking == nil {
-		return ErrNoParking
-	}
-	if p := s.parkNow.Load(); p != nil && !p.r.Stopped() {
+// Release is Subscription.Release: it runs key's release in p, the running
+// door's parking, or else asks for it and waits while a Receive on any
+// process carries it out.
+func Release(ctx context.Context, cfg Config, p *Parking, key string) error {
+	if p != nil && !p.r.Stopped() {
 		return p.release(ctx, key)
 	}
-	return s.askRelease(ctx, key, true)
+	return askRelease(ctx, cfg, key, true)
 }
 
 // releases counts the releases running in a Receive, so that it stops
@@ -201,7 +148,7 @@ func (rs *releases) close() {
 }
 
 // release is Release in a running Receive.
-func (p *parking) release(ctx context.Context, key string) error {
+func (p *Parking) release(ctx context.Context, key string) error {
 	if err := p.rel.enter(key); err != nil {
 		return err
 	}
@@ -218,7 +165,7 @@ func (p *parking) release(ctx context.Context, key string) error {
 // log refuses its claim unless the request is still pending: then
 // nothing runs, and it returns errRequestEnded. A Release's own run
 // passes zero.
-func (p *parking) claimAndRun(ctx context.Context, key string, asked time.Time) error {
+func (p *Parking) claimAndRun(ctx context.Context, key string, asked time.Time) error {
 	rec := p.log.Lookup(key)
 	if rec == nil {
 		return notParked(p.log, key, fmt.Errorf("%w: %q", ErrNotParked, key))
@@ -251,13 +198,13 @@ func stillAsked(pending *controllog.PendingRelease, asked time.Time) bool {
 // sync waits until the control log has applied every event published
 // before the call, or returns ctx.Err(): it waits for the barrier's next
 // marker, which it shares with the lanes.
-func (p *parking) sync(ctx context.Context) error {
+func (p *Parking) sync(ctx context.Context) error {
 	return p.syncTo(ctx, p.b.Want())
 }
 
 // syncTo waits until marker fence has come back, or returns ctx.Err(), or
 // ErrNotReceiving once the Receive stops.
-func (p *parking) syncTo(ctx context.Context, fence uint64) error {
+func (p *Parking) syncTo(ctx context.Context, fence uint64) error {
 	select {
 	case <-p.b.Await(fence):
 		return nil
@@ -271,7 +218,7 @@ func (p *parking) syncTo(ctx context.Context, fence uint64) error {
 // barrierRound runs a round of the barrier's markers, each sent through
 // the control log, again after controlRetry's wait if the publish fails.
 // Run by the parking loop.
-func (p *parking) barrierRound() {
+func (p *Parking) barrierRound() {
 	p.b.Round(func() bool {
 		for tries := 0; ; {
 			err := p.log.Sync(p.ops)
@@ -320,8 +267,8 @@ func controlBackoff(tries int) time.Duration {
 
 // startRequests starts the Receive's watch of release requests, counted in
 // p.rel with the releases it runs, so that the shutdown waits for them
-// (S7). Called by startParking, before anything else runs.
-func (p *parking) startRequests() {
+// (S7). Called by Start, before anything else runs.
+func (p *Parking) startRequests() {
 	p.rel.ended() // the channel exists before any release can end
 	p.rel.wg.Add(1)
 	go p.serveRequests()
@@ -332,7 +279,7 @@ func (p *parking) startRequests() {
 // release here ends (a run of its own, or a Release, which may leave a
 // request it kept from being claimed), or a claim it waits for may have
 // lapsed.
-func (p *parking) serveRequests() {
+func (p *Parking) serveRequests() {
 	defer p.rel.wg.Done()
 	rt := &requestRuns{}
 	timer := time.NewTimer(time.Hour)
@@ -365,10 +312,10 @@ func (p *parking) serveRequests() {
 // has just ended published its stop, which may end the request, before
 // the log applied it. So a run syncs with the log, and looks at the
 // request again, before it claims.
-func (p *parking) claimRequests(rt *requestRuns) (next time.Time, ok bool) {
+func (p *Parking) claimRequests(rt *requestRuns) (next time.Time, ok bool) {
 	pending := p.log.PendingReleases()
 	rt.forgetBut(pending)
-	claim, next := controllog.Claimable(pending, p.log.ID(), releaseLease, time.Now(), rt.after)
+	claim, next := controllog.Claimable(pending, p.log.ID(), ReleaseLease, time.Now(), rt.after)
 	for _, pr := range claim {
 		switch err := p.rel.enter(pr.Key); {
 		case errors.Is(err, ErrNotReceiving):
@@ -388,7 +335,7 @@ func (p *parking) claimRequests(rt *requestRuns) (next time.Time, ok bool) {
 // so what it leaves is cleaned up in a deferred call: a callback that
 // exits the goroutine leaves the key unmarked, the wait group released
 // and the watch woken, the run counting as one to try again.
-func (p *parking) carryOut(pr controllog.PendingRelease, rt *requestRuns) {
+func (p *Parking) carryOut(pr controllog.PendingRelease, rt *requestRuns) {
 	err := errHandlerExitedRelease
 	defer func() {
 		over := errors.Is(err, ErrParkedAgain) || errors.Is(err, ErrNotParked) || errors.Is(err, ErrNotReceiving) || errors.Is(err, errRequestEnded)
@@ -421,7 +368,7 @@ func (p *parking) carryOut(pr controllog.PendingRelease, rt *requestRuns) {
 // run is the parking component's loop: it sends the barrier's markers
 // when lanes wait for one, and fails the Receive if the control log stops
 // being followed.
-func (p *parking) run() {
+func (p *Parking) run() {
 	defer close(p.loopDone)
 	gone := p.log.Gone()
 	refresh := time.NewTimer(time.Hour)
@@ -449,7 +396,7 @@ func (p *parking) run() {
 // before their next message, and flights land. Both get what is left of
 // the drain timeout, which the handlers had too; then handlers are
 // cancelled and the flights' waits given up, their deliveries nacked.
-func (p *parking) Shutdown() {
+func (p *Parking) Shutdown() {
 	drained, timedOut := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(timedOut)
@@ -468,11 +415,11 @@ func (p *parking) Shutdown() {
 	<-timedOut
 }
 
-// stop stops the parking component once the official Receive has
+// Stop stops the parking component once the official Receive has
 // returned, and returns err, or why the control log could no longer be
 // followed. It waits for the server until the shutdown's time is up
 // (ShutdownBound).
-func (p *parking) stop(err error) error {
+func (p *Parking) Stop(err error) error {
 	close(p.stopLoop)
 	p.cancelOps() // a marker on its way is not waited for
 	<-p.loopDone

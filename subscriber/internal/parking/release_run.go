@@ -1,4 +1,4 @@
-package subscriber
+package parking
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 // the park's start, and keeps the copies it reads until their turn: the
 // order it runs them in is the log's, the order they were parked in.
 type releaseRun struct {
-	p     *parking
+	p     *Parking
 	key   string
 	park  string
 	since time.Time
@@ -43,11 +43,11 @@ type releaseRun struct {
 // runs.
 const releaseReadAhead = 64
 
-// releaseLease is how long a release's claim holds without a heartbeat,
+// ReleaseLease is how long a release's claim holds without a heartbeat,
 // after which another process may take the release over. It is a rule of
 // the control log (controllog.Config.Lease), the same for every process;
 // only a test that runs alone may change it (SetReleaseLease).
-var releaseLease = 30 * time.Second
+var ReleaseLease = 30 * time.Second
 
 func (rr *releaseRun) run(ctx context.Context) (err error) {
 	p := rr.p
@@ -85,7 +85,7 @@ func (rr *releaseRun) run(ctx context.Context) (err error) {
 			case err != nil:
 				return err
 			case v.Applied:
-				p.Told(KeyUnparked, rr.key, &engine.ParkCause{ID: rec.Msg, Err: rec.Err}, rr.since, ReasonReleased)
+				p.Told(engine.KeyUnparked, rr.key, &engine.ParkCause{ID: rec.Msg, Err: rec.Err}, rr.since, engine.ReasonReleased)
 				return nil
 			case v.Ended:
 				return nil
@@ -122,10 +122,10 @@ func (rr *releaseRun) run(ctx context.Context) (err error) {
 // gets the official Receive's error if it fails.
 func (rr *releaseRun) read(ctx context.Context) (copies <-chan *pubsub.Message, readErr <-chan error, stop func(), err error) {
 	p := rr.p
-	client := p.s.client
-	rr.sub = ephemeral.Name(p.s.name, "subscriptions", "-release-"+ephemeral.NewID())
+	client := p.cfg.Client
+	rr.sub = ephemeral.Name(p.cfg.Name, "subscriptions", "-release-"+ephemeral.NewID())
 	admin := client.SubscriptionAdminClient
-	if _, err := admin.CreateSubscription(ctx, ephemeral.Subscription(rr.sub, p.topics.park, `attributes.`+AttrParkID+` = "`+rr.park+`"`)); err != nil {
+	if _, err := admin.CreateSubscription(ctx, ephemeral.Subscription(rr.sub, p.cfg.Topics.Park, `attributes.`+AttrParkID+` = "`+rr.park+`"`)); err != nil {
 		return nil, nil, nil, fmt.Errorf("keyorder/subscriber: creating a release subscription: %w", err)
 	}
 	remove := func() { ephemeral.Remove(p.r.Ending.Deadline(), client, rr.sub) }
@@ -176,7 +176,7 @@ func (rr *releaseRun) heartbeat() (lost <-chan error, stop func()) {
 	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
-		tick := time.NewTicker(releaseLease / 3)
+		tick := time.NewTicker(ReleaseLease / 3)
 		defer tick.Stop()
 		for {
 			select {
@@ -219,7 +219,7 @@ func (rr *releaseRun) runOne(ctx context.Context, id string, m *pubsub.Message) 
 		case v.Out == engine.Shutdown:
 			return ErrNotReceiving // no retries once shutting down (S7); the key stays parked
 		case v.Out.ForGood():
-			rr.p.Told(KeyParked, rr.key, engine.CauseOf(j, v.Err), time.Now(), "") // it stays parked, with this message first
+			rr.p.Told(engine.KeyParked, rr.key, engine.CauseOf(j, v.Err), time.Now(), "") // it stays parked, with this message first
 			return fmt.Errorf("%w: %q at message %s: %w", ErrParkedAgain, rr.key, id, v.Err)
 		default:
 			if err := rr.wait(ctx, v.Delay); err != nil {
@@ -241,7 +241,7 @@ func (rr *releaseRun) Settle(j *engine.Job, v engine.Verdict) {
 	case v.Out == engine.Acked || v.Out == engine.Deduplicated:
 		rr.done[id] = true
 		delete(rr.content, id)
-		rr.p.s.counts.Released.Add(1)
+		rr.p.cfg.Counts.Released.Add(1)
 		rr.recorded = rr.progress(id)
 	case v.Out.ForGood():
 		rr.stop(v.Err, id, v.Err.Error())
@@ -298,7 +298,7 @@ func (rr *releaseRun) stop(err error, id, msg string) {
 
 // releasedDelivery is the Delivery of a parked copy: the message as it was
 // first delivered, its stamp included, without the parking attributes.
-func releasedDelivery(key, id string, m *pubsub.Message) Delivery {
+func releasedDelivery(key, id string, m *pubsub.Message) engine.Delivery {
 	var st ordering.Stamp
 	if parsed, err := ordering.ParseStamp(m.Attributes); err == nil {
 		st = parsed
@@ -314,5 +314,5 @@ func releasedDelivery(key, id string, m *pubsub.Message) Delivery {
 	}
 	headers[ordering.Header] = key
 	published, _ := time.Parse(time.RFC3339Nano, m.Attributes[AttrPublishTime])
-	return Delivery{ID: id, Key: key, Data: m.Data, Headers: headers, PublishTime: published, Producer: st.Producer, Seq: st.Seq}
+	return engine.Delivery{ID: id, Key: key, Data: m.Data, Headers: headers, PublishTime: published, Producer: st.Producer, Seq: st.Seq}
 }

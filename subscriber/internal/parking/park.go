@@ -1,4 +1,4 @@
-package subscriber
+package parking
 
 import (
 	"context"
@@ -10,10 +10,6 @@ import (
 	"unicode/utf8"
 
 	"cloud.google.com/go/pubsub/v2"
-	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/keyorder/keyorder/ordering"
 	"github.com/keyorder/keyorder/publisher"
@@ -35,8 +31,10 @@ import (
 // which knows nothing of lanes: parking records events in it (a park, a
 // forward, a release's claim, progress, stop and unpark) and reads their
 // verdicts, its view of the parked keys, and its markers' round trips.
-// This file holds the Receive's part, the parking component, and the
-// topics it needs, and the component's methods that park a key: the hooks
+// This file holds the Receive's part, the parking component (Parking),
+// what it needs of the subscription (Config, Topics; the facade sets the
+// topics up when the Subscription is made), and the component's methods
+// that park a key: the hooks
 // the lanes and push call and the moves of a key's deliveries to the
 // parking topic, on flights (the lanes' side of them is the engine's:
 // engine/lane_park.go, lane_failure.go);
@@ -55,109 +53,30 @@ import (
 //   - failed: a message that fails for good parks its key, instead of
 //     being nacked with its tail (S5).
 
-// Attributes of a parked message, besides its own. A parked message keeps
-// its original's stamp ([ordering.StampAttribute]), which the parking
-// publisher does not replace, so that the released Delivery has the
-// original's Producer and Seq.
+// The attributes of a parked message, besides its own (the facade's
+// AttrParkID and the others document them).
 const (
-	// AttrParkID names the park the message belongs to: its key's park
-	// from the failure to the release. Releases read the parking topic
-	// through a subscription filtered on it.
-	AttrParkID = "keyorder-park-id"
-	// AttrMessageID is the message's ID on the subscription's topic.
-	AttrMessageID = "keyorder-message-id"
-	// AttrSubscription is the full name of the subscription it was parked
-	// from.
+	AttrParkID       = "keyorder-park-id"
+	AttrMessageID    = "keyorder-message-id"
 	AttrSubscription = "keyorder-subscription"
-	// AttrPublishTime is when it was first published, in RFC 3339 with
-	// nanoseconds.
-	AttrPublishTime = "keyorder-publish-time"
-	// AttrAttempts counts the handler calls the message had before it was
-	// parked: 0 for a message parked behind the one that failed.
-	AttrAttempts = "keyorder-attempts"
-	// AttrError is the error of the message's last call, cut to the
-	// service's 1024 bytes; absent for a message that never ran.
-	AttrError = "keyorder-error"
+	AttrPublishTime  = "keyorder-publish-time"
+	AttrAttempts     = "keyorder-attempts"
+	AttrError        = "keyorder-error"
 )
 
-// controlRetention is the message retention keyorder gives the parking
-// and control topics it creates: the service's maximum, 31 days.
-const controlRetention = 31 * 24 * time.Hour
-
-// seekMargin is how far before a park began its release seeks the parking
-// topic, for clocks that differ between the service's machines.
-const seekMargin = time.Minute
-
-// parkingTopics are the topics of a subscription's parking, set up when
-// the Subscription is made.
-type parkingTopics struct {
-	park      string        // where parked messages go
-	retention time.Duration // the control topic's message retention
-}
-
-// setupParking creates the parking and control topics of sub when they are
-// missing, and checks that they retain messages: releases and replays seek
-// back over them.
-func setupParking(ctx context.Context, client *pubsub.Client, sub *pubsubpb.Subscription, topicID string) (*parkingTopics, error) {
-	if !sub.GetEnableMessageOrdering() {
-		return nil, invalid("WithParking: subscription %s has no message ordering", sub.GetName())
-	}
-	t := &parkingTopics{park: fullName(client, "topics", topicID)}
-	if _, err := retainedTopic(ctx, client, t.park); err != nil {
-		return nil, err
-	}
-	ret, err := retainedTopic(ctx, client, controllog.Topic(sub.GetName()))
-	if err != nil {
-		return nil, err
-	}
-	t.retention = ret
-	if err := probeParking(ctx, client, sub.GetName()); err != nil {
-		return nil, err
-	}
-	return t, nil
-}
-
-// logConfig is the configuration of the control log of sub, whose Close,
-// or failed Open, waits drain for its events; only Receives publish
-// snapshots.
-func (t *parkingTopics) logConfig(sub string, drain time.Duration, snapshots bool) controllog.Config {
-	return controllog.Config{Subscription: sub, Retention: t.retention, Lease: releaseLease, Snapshots: snapshots, Drain: drain}
-}
-
-// retainedTopic creates topic with controlRetention unless it exists, and
-// returns its message retention, which must not be 0.
-func retainedTopic(ctx context.Context, client *pubsub.Client, topic string) (time.Duration, error) {
-	got, err := client.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: topic})
-	if status.Code(err) == codes.NotFound {
-		got, err = client.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: topic, MessageRetentionDuration: durationpb.New(controlRetention)})
-		if status.Code(err) == codes.AlreadyExists {
-			got, err = client.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: topic})
-		}
-	}
-	if err != nil {
-		return 0, fmt.Errorf("keyorder/subscriber: parking topic %s: %w", topic, err)
-	}
-	ret := got.GetMessageRetentionDuration().AsDuration()
-	if ret <= 0 {
-		return 0, invalid("WithParking: topic %s has no message retention, which parking needs to read it back", topic)
-	}
-	return ret, nil
-}
-
-// parking is a Receive's part in parking. It starts before the official
+// Parking is a Receive's part in parking. It starts before the official
 // Receive and stops after it.
 //
-// Goroutines: run, the barrier's loop, started by startParking and waited
+// Goroutines: run, the barrier's loop, started by Start and waited
 // for by stop; the control log's, stopped by stop; one per flight, counted
 // in flights and waited for by shutdown and stop; and the callers of
 // Release, the watch of release requests and its runs, counted in rel.
-type parking struct {
-	s      *Subscription
-	r      *engine.Engine
-	topics *parkingTopics
-	log    *controllog.Log
-	out    *publisher.Publisher // copies to the parking topic
-	b      *barrier.Barrier
+type Parking struct {
+	cfg Config
+	r   *engine.Engine
+	log *controllog.Log
+	out *publisher.Publisher // copies to the parking topic
+	b   *barrier.Barrier
 
 	// ops bounds publishes and waits; cancelled when a shutdown has
 	// waited the drain timeout for flights, and at stop.
@@ -181,18 +100,46 @@ var fastPublish = func() pubsub.PublishSettings {
 	return s
 }()
 
-// startParking starts r's parking, and sets r.park, the lanes' hooks into
+// Config is what parking needs of its subscription, given by the facade
+// at start.
+type Config struct {
+	Client *pubsub.Client
+	Name   string           // the subscription's full name
+	Topics *Topics          // its parking and control topics
+	Wait   time.Duration    // the parking wait (WithParkingWait)
+	Counts *engine.Counters // the subscription's counters, for Released
+}
+
+// Topics are the topics of a subscription's parking, set up when the
+// Subscription is made.
+type Topics struct {
+	Park      string        // where parked messages go
+	Retention time.Duration // the control topic's message retention
+}
+
+// LogConfig is the configuration of the control log of sub, whose Close,
+// or failed Open, waits drain for its events; only Receives publish
+// snapshots.
+func (t *Topics) LogConfig(sub string, drain time.Duration, snapshots bool) controllog.Config {
+	return controllog.Config{Subscription: sub, Retention: t.Retention, Lease: ReleaseLease, Snapshots: snapshots, Drain: drain}
+}
+
+// seekMargin is how far before a park began its release seeks the parking
+// topic, for clocks that differ between the service's machines.
+const seekMargin = time.Minute
+
+// Start starts r's parking, and sets r's parking, the lanes' hooks into
 // it: it opens the control log, which replays it until it is caught up,
 // then follows it. It returns the parking, for its door (Receive, the push
 // endpoint) to hold, and the context Receive must use, cancelled if the
 // log can no longer be followed. If parking cannot start, it returns a nil
 // context, with the error, or with nil if ctx ended meanwhile: Receive
 // then returns at once, as it would have.
-func startParking(ctx context.Context, s *Subscription, r *engine.Engine) (*parking, context.Context, error) {
+func Start(ctx context.Context, cfg Config, r *engine.Engine) (*Parking, context.Context, error) {
 	// A failed Open gives up on the server within the drain timeout and
 	// a second, so that a Receive catching up returns within
 	// ShutdownBound of its ctx's end (S7).
-	lg, err := controllog.Open(ctx, s.client, s.parking.logConfig(s.name, r.Cfg.DrainTimeout, true))
+	lg, err := controllog.Open(ctx, cfg.Client, cfg.Topics.LogConfig(cfg.Name, r.Cfg.DrainTimeout, true))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, nil, nil
@@ -201,13 +148,13 @@ func startParking(ctx context.Context, s *Subscription, r *engine.Engine) (*park
 	}
 	// A parked copy keeps its original's stamp (flight.copyOf): the
 	// publisher does not stamp (S12).
-	out, err := publisher.New(s.client, s.parking.park, publisher.WithPublishSettings(fastPublish), publisher.WithoutStamps())
+	out, err := publisher.New(cfg.Client, cfg.Topics.Park, publisher.WithPublishSettings(fastPublish), publisher.WithoutStamps())
 	if err != nil {
 		_ = lg.Close()
 		return nil, nil, err
 	}
-	p := &parking{s: s, r: r, topics: s.parking, log: lg, out: out, stopLoop: make(chan struct{}), loopDone: make(chan struct{})}
-	p.b = barrier.New(s.cfg.parkingWait)
+	p := &Parking{cfg: cfg, r: r, log: lg, out: out, stopLoop: make(chan struct{}), loopDone: make(chan struct{})}
+	p.b = barrier.New(cfg.Wait)
 	p.ops, p.cancelOps = context.WithCancel(context.Background())
 	rctx, cancel := context.WithCancelCause(ctx)
 	p.fail = cancel
@@ -221,21 +168,21 @@ func startParking(ctx context.Context, s *Subscription, r *engine.Engine) (*park
 // lane holding nothing of its key, must wait for: another process may have
 // had the key, and parked it, before the service sent it. 0 while the view
 // is fresh.
-func (p *parking) Fence(now time.Time) uint64 { return p.b.Arrived(now) }
+func (p *Parking) Fence(now time.Time) uint64 { return p.b.Arrived(now) }
 
 // ParkID returns the park in force for key in the Receive's view, "" if
 // the key is not parked.
-func (p *parking) ParkID(key string) string { return p.log.View().ParkID(key) }
+func (p *Parking) ParkID(key string) string { return p.log.View().ParkID(key) }
 
 // Wait registers wake to be called once the barrier's marker fence has
 // come back, and reports false if it has already.
-func (p *parking) Wait(fence uint64, wake func()) bool { return p.b.Wait(fence, wake) }
+func (p *Parking) Wait(fence uint64, wake func()) bool { return p.b.Wait(fence, wake) }
 
 // ReleasedLately reports whether the message id ran in the release of a
 // park that has ended, within the last hour: the service may send it
 // again after a lost ack, and it must not run twice (S6 across
 // processes).
-func (p *parking) ReleasedLately(id string) bool {
+func (p *Parking) ReleasedLately(id string) bool {
 	return p.log.View().Released(id)
 }
 
@@ -246,7 +193,7 @@ func (p *parking) ReleasedLately(id string) bool {
 // call parked the key. It reports false with a nil error when the log
 // refused them (the key was released meanwhile, or its new park ended at
 // once): they are then to run, or move again, as the view now says.
-func (p *parking) move(ctx context.Context, key string, jobs []*engine.Job, park string, cause *engine.ParkCause) (parked, parkedIt bool, err error) {
+func (p *Parking) move(ctx context.Context, key string, jobs []*engine.Job, park string, cause *engine.ParkCause) (parked, parkedIt bool, err error) {
 	if cause != nil && park == "" {
 		v, err := p.log.Record(ctx, controllog.Event{Kind: controllog.Park, Key: key, Msg: cause.ID, Err: cause.Err})
 		if err != nil {
@@ -285,7 +232,7 @@ func (p *parking) move(ctx context.Context, key string, jobs []*engine.Job, park
 // it: only then may the key's next message go to another process, whose
 // view is then sure to hold the park (internal/barrier). It returns
 // ctx.Err() if ctx ends first; the flight's deliveries are then not acked.
-func (p *parking) ripen(ctx context.Context, key string) error {
+func (p *Parking) ripen(ctx context.Context, key string) error {
 	seen := p.log.View().Seen(key)
 	if seen.IsZero() {
 		seen = time.Now() // unparked meanwhile: wait the whole bound
@@ -306,7 +253,7 @@ func (p *parking) ripen(ctx context.Context, key string) error {
 
 // copyOf is the parking topic's copy of j's message, parked under park;
 // cause is why the key parked, if it did with this move.
-func (p *parking) copyOf(j *engine.Job, park string, cause *engine.ParkCause) *publisher.Message {
+func (p *Parking) copyOf(j *engine.Job, park string, cause *engine.ParkCause) *publisher.Message {
 	m := j.Msg
 	headers := make(map[string]string, len(m.Attributes)+6+ordering.StampAttributes)
 	for k, v := range m.Attributes {
@@ -327,7 +274,7 @@ func (p *parking) copyOf(j *engine.Job, park string, cause *engine.ParkCause) *p
 	headers[AttrMessageID] = j.D.ID
 	// The rest as room allows: the service takes 100 attributes.
 	extra := [][2]string{
-		{AttrSubscription, p.s.name},
+		{AttrSubscription, p.cfg.Name},
 		{AttrPublishTime, m.PublishTime.UTC().Format(time.RFC3339Nano)},
 		{AttrAttempts, "0"},
 	}
@@ -345,25 +292,25 @@ func (p *parking) copyOf(j *engine.Job, park string, cause *engine.ParkCause) *p
 
 // Told tells the WithKeyEvents callback, and the log, that key was parked
 // or unparked, cause being the message that parked it.
-func (p *parking) Told(kind KeyEventKind, key string, cause *engine.ParkCause, since time.Time, reason string) {
+func (p *Parking) Told(kind engine.KeyEventKind, key string, cause *engine.ParkCause, since time.Time, reason string) {
 	if p.r == nil {
 		return
 	}
-	k := HeldKey{Key: key, MessageID: cause.ID, Since: since, Attempt: cause.Attempt}
+	k := engine.HeldKey{Key: key, MessageID: cause.ID, Since: since, Attempt: cause.Attempt}
 	if cause.Err != "" {
 		k.Err = errors.New(cause.Err)
 	}
-	p.r.Emit(KeyEvent{Kind: kind, HeldKey: k, Reason: reason, At: time.Now()})
+	p.r.Emit(engine.KeyEvent{Kind: kind, HeldKey: k, Reason: reason, At: time.Now()})
 }
 
 // Ops ends when a shutdown, or the Close of a push endpoint, gives up on
 // what parking has under way: the moves to the parking topic.
-func (p *parking) Ops() context.Context { return p.ops }
+func (p *Parking) Ops() context.Context { return p.ops }
 
 // DivertPush is steps 1 and 2 above, for j, a push of a keyed message: it
 // reports whether j was parked, and so is to be acked, or, with an error,
 // that it could not be told.
-func (p *parking) DivertPush(ctx context.Context, j *engine.Job) (bool, error) {
+func (p *Parking) DivertPush(ctx context.Context, j *engine.Job) (bool, error) {
 	if fence := p.b.Arrived(time.Now()); fence != 0 {
 		if err := p.syncTo(ctx, fence); err != nil {
 			return false, err
@@ -380,7 +327,7 @@ func (p *parking) DivertPush(ctx context.Context, j *engine.Job) (bool, error) {
 // ParkPush is step 3's end: j, a push that failed for good, parks its key.
 // It reports whether j was parked, and so is to be acked, and the cause
 // to tell of if this call parked the key.
-func (p *parking) ParkPush(ctx context.Context, j *engine.Job, err error) (bool, *engine.ParkCause, error) {
+func (p *Parking) ParkPush(ctx context.Context, j *engine.Job, err error) (bool, *engine.ParkCause, error) {
 	cause := engine.CauseOf(j, err)
 	parked, parkedIt, merr := p.move(ctx, j.D.Key, []*engine.Job{j}, "", cause)
 	if !parkedIt {
@@ -397,14 +344,14 @@ func (p *parking) ParkPush(ctx context.Context, j *engine.Job, err error) (bool,
 // behind it. If the key is not parked yet (park is ""), the flight parks
 // it first, and tells of the park once it has landed, so that a callback
 // cannot hold it up.
-func (p *parking) Fly(key string, jobs []*engine.Job, park string, cause *engine.ParkCause, land func(parked bool, err error)) {
+func (p *Parking) Fly(key string, jobs []*engine.Job, park string, cause *engine.ParkCause, land func(parked bool, err error)) {
 	p.flights.Add(1)
 	go func() {
 		defer p.flights.Done()
 		parked, parkedIt, err := p.move(p.ops, key, jobs, park, cause)
 		land(parked, err)
 		if parkedIt {
-			p.Told(KeyParked, key, cause, time.Now(), "")
+			p.Told(engine.KeyParked, key, cause, time.Now(), "")
 		}
 	}()
 }

@@ -1,4 +1,4 @@
-package subscriber
+package parking
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/keyorder/keyorder/subscriber/internal/controllog"
+	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // Release requests. A program that runs no Receive, such as an operator's
@@ -25,37 +26,10 @@ import (
 // shuts down, or its process dies, leaves it for the next Receive. The
 // asker may wait for the outcome in the log (awaitRequest).
 
-// RequestRelease asks for the release of key's parked messages and returns
-// once the request is recorded in the control log, without waiting for
-// it to be carried out. A Receive of the subscription, on any process,
-// running now or started later, carries it out as [Subscription.Release]
-// does: through its handler, in the order the messages were parked, each
-// once, then it unparks the key. [Subscription.Parked] shows the request
-// ([ParkedKey.ReleaseRequested]) while it is pending.
-//
-// The request ends when the key is unparked, or when a released message
-// fails for good again: the key then stays parked with that message's
-// error ([ParkedKey.LastError]), and a new request, after the fix, goes on
-// from there. A release that stops because its Receive shuts down, or its
-// process dies, leaves the request pending, and the next Receive to see it
-// takes it over. A request made while one is pending joins it. Every
-// process receiving the subscription must run a version of this package
-// that knows requests: an older one ignores them.
-//
-// RequestRelease works with or without a Receive on s. It returns an error
-// matching [ErrNotParked] when the key is not parked (and [ErrReleased]
-// too if a release unparked it within the last hour), [ErrNoParking]
-// without [WithParking], ctx.Err() if ctx ends first, and the service's
-// error if the control log cannot be read or written.
-func (s *Subscription) RequestRelease(ctx context.Context, key string) (err error) {
-	defer func() { err = ended(ctx, "requesting a release", err) }()
-	if s == nil {
-		return invalid("RequestRelease on a nil Subscription")
-	}
-	if s.parking == nil {
-		return ErrNoParking
-	}
-	if p := s.parkNow.Load(); p != nil {
+// RequestRelease is Subscription.RequestRelease: it records a request for
+// key's release, in p's log if p, the running door's parking, is not nil.
+func RequestRelease(ctx context.Context, cfg Config, p *Parking, key string) error {
+	if p != nil {
 		// The running Receive's log, once synced, is caught up.
 		err := p.sync(ctx)
 		if err == nil {
@@ -65,13 +39,13 @@ func (s *Subscription) RequestRelease(ctx context.Context, key string) (err erro
 			return err
 		}
 	}
-	return s.askRelease(ctx, key, false)
+	return askRelease(ctx, cfg, key, false)
 }
 
 // askRelease records a request for key's release in a control log of its
 // own and, with wait, waits for its outcome.
-func (s *Subscription) askRelease(ctx context.Context, key string, wait bool) error {
-	lg, err := s.openLog(ctx)
+func askRelease(ctx context.Context, cfg Config, key string, wait bool) error {
+	lg, err := openLog(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -85,8 +59,8 @@ func (s *Subscription) askRelease(ctx context.Context, key string, wait bool) er
 
 // openLog opens the subscription's control log for a program that runs
 // no Receive: it replays the log, then follows it until closed.
-func (s *Subscription) openLog(ctx context.Context) (*controllog.Log, error) {
-	return controllog.Open(ctx, s.client, s.parking.logConfig(s.name, oneOffDrain, false))
+func openLog(ctx context.Context, cfg Config) (*controllog.Log, error) {
+	return controllog.Open(ctx, cfg.Client, cfg.Topics.LogConfig(cfg.Name, oneOffDrain, false))
 }
 
 // oneOffDrain is the drain of a one-off Log (controllog.Config.Drain): its
@@ -167,7 +141,7 @@ var errRequestEnded = errors.New("keyorder/subscriber: the release request ended
 
 // errHandlerExitedRelease is what a release run ends with when a callback
 // it ran exited its goroutine.
-var errHandlerExitedRelease = fmt.Errorf("keyorder/subscriber: a callback exited the release's goroutine: %w", ErrHandlerExited)
+var errHandlerExitedRelease = fmt.Errorf("keyorder/subscriber: a callback exited the release's goroutine: %w", engine.ErrHandlerExited)
 
 // requestRuns keeps, for the requests whose runs here ended without an
 // outcome (an error reading the parking topic, a claim refused), when this

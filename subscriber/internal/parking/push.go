@@ -1,4 +1,4 @@
-package subscriber
+package parking
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 )
 
 // Parking from push. A push endpoint with WithParking keeps the control
-// log as a Receive does, for as long as the endpoint is open: pushParking
+// log as a Receive does, for as long as the endpoint is open: Push
 // starts it when PushHandler makes the endpoint, retrying until it is up,
 // and Close stops it. A push of a keyed message then goes through the same
 // steps as a delivery to a lane that holds nothing of its key (the service
@@ -18,7 +18,7 @@ import (
 //  1. The barrier (internal/barrier): the push waits for a marker unless a
 //     marker sent within the parking wait has come back.
 //  2. If the view shows the key parked, the message moves to the parking
-//     topic (parking.move) and is acked: 204.
+//     topic (Parking.move) and is acked: 204.
 //  3. Otherwise it runs through the call path; if it fails for good, its
 //     key parks with it, and it is acked once the park has ripened.
 //
@@ -29,36 +29,37 @@ import (
 // for the service to push them again; pushes without a key run as before,
 // as parking governs nothing of theirs.
 
-// pushParking runs the control log for a push endpoint.
-type pushParking struct {
-	s     *Subscription
+// Push runs the control log for a push endpoint.
+type Push struct {
+	cfg   Config
 	r     *engine.Engine
-	ready chan struct{} // closed once parked is set
+	onUp  func(*Parking) // told of the parking once it is up
+	ready chan struct{}  // closed once parked is set
 	// lost is closed if the log stops being followed after it was up;
 	// keyed pushes are then answered 503 until Close, unkeyed ones run.
 	lost   chan struct{}
 	stop   context.CancelFunc // ends the starting loop
 	done   chan struct{}      // closed when the loop returns
-	parked *parking           // the parking, once ready
+	parked *Parking           // the parking, once ready
 }
 
-// startPushParking starts the control log for r, on a goroutine of its
-// own, until stopped.
-func startPushParking(s *Subscription, r *engine.Engine) *pushParking {
+// StartPush starts the control log for r, a push endpoint's engine, on a
+// goroutine of its own, until stopped; onUp is called with the parking
+// once it is up, before any push is let through.
+func StartPush(cfg Config, r *engine.Engine, onUp func(*Parking)) *Push {
 	ctx, cancel := context.WithCancel(context.Background())
-	pp := &pushParking{s: s, r: r, ready: make(chan struct{}), lost: make(chan struct{}), stop: cancel, done: make(chan struct{})}
+	pp := &Push{cfg: cfg, r: r, onUp: onUp, ready: make(chan struct{}), lost: make(chan struct{}), stop: cancel, done: make(chan struct{})}
 	go pp.run(ctx)
 	return pp
 }
 
-func (pp *pushParking) run(ctx context.Context) {
+func (pp *Push) run(ctx context.Context) {
 	defer close(pp.done)
 	for tries := 1; ; tries++ {
-		p, rctx, err := startParking(ctx, pp.s, pp.r) // sets r.park
+		p, rctx, err := Start(ctx, pp.cfg, pp.r) // sets r.park
 		if rctx != nil {
 			pp.parked = p
-			pp.s.parkNow.Store(p)
-			pp.s.current.Store(pp.r)
+			pp.onUp(p)
 			close(pp.ready)
 			<-rctx.Done()
 			if ctx.Err() == nil {
@@ -87,7 +88,7 @@ func (pp *pushParking) run(ctx context.Context) {
 // ends first, the endpoint closes, or the log was lost (errParkingLost,
 // after parked was set). Once it has
 // returned, parked may be read: it was set before ready was closed.
-func (pp *pushParking) Await(ctx context.Context) (push.Parked, error) {
+func (pp *Push) Await(ctx context.Context) (push.Parked, error) {
 	select {
 	case <-pp.lost:
 		return nil, push.ErrParkingLost
@@ -107,12 +108,12 @@ func (pp *pushParking) Await(ctx context.Context) (push.Parked, error) {
 
 // Told tells the WithKeyEvents callback, and the log, that a push parked
 // key; the parking is up, as the push that parked it awaited it.
-func (pp *pushParking) Told(kind engine.KeyEventKind, key string, cause *engine.ParkCause, since time.Time, reason string) {
+func (pp *Push) Told(kind engine.KeyEventKind, key string, cause *engine.ParkCause, since time.Time, reason string) {
 	pp.parked.Told(kind, key, cause, since, reason)
 }
 
 // up returns the parking component if it is up, else nil.
-func (pp *pushParking) up() *parking {
+func (pp *Push) up() *Parking {
 	select {
 	case <-pp.ready:
 		return pp.parked
@@ -123,7 +124,7 @@ func (pp *pushParking) up() *parking {
 
 // drain waits, at Close, for the releases running in the endpoint; a new
 // one is refused.
-func (pp *pushParking) Drain() {
+func (pp *Push) Drain() {
 	if p := pp.up(); p != nil {
 		p.rel.close()
 	}
@@ -131,7 +132,7 @@ func (pp *pushParking) Drain() {
 
 // cancel gives up on what parking has under way, once Close has waited
 // the drain: the releases' waits and the moves to the parking topic.
-func (pp *pushParking) Cancel() {
+func (pp *Push) Cancel() {
 	if p := pp.up(); p != nil {
 		p.cancelOps()
 	}
@@ -139,12 +140,12 @@ func (pp *pushParking) Cancel() {
 
 // close stops the control log, once the endpoint has drained: its
 // starting loop, then the log itself.
-func (pp *pushParking) Close() {
+func (pp *Push) Close() {
 	pp.stop()
 	<-pp.done
 	if p := pp.parked; p != nil {
 		p.rel.close() // came up while Close drained
 		p.cancelOps()
-		_ = p.stop(nil)
+		_ = p.Stop(nil)
 	}
 }
