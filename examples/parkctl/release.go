@@ -91,7 +91,10 @@ func (c *command) progress(ctx context.Context, sub *subscriber.Subscription, ke
 	defer cancel()
 	keys, err := sub.Parked(rctx)
 	switch {
-	case ctx.Err() != nil:
+	case ctx.Err() != nil || timedOut(ctx):
+		// The command's -timeout cut the look, not -reach: the server's
+		// silence is not known. (The client may return its deadline's
+		// error a moment before ctx's own timer marks ctx done.)
 		return "", false
 	case err != nil && (rctx.Err() != nil || unreachable(err)):
 		if lost.IsZero() {
@@ -117,6 +120,12 @@ func (c *command) progress(ctx context.Context, sub *subscriber.Subscription, ke
 		}
 	}
 	return "", false
+}
+
+// timedOut reports whether ctx's deadline has passed, done or not yet.
+func timedOut(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // unreachable reports whether err is the official client's for a server
