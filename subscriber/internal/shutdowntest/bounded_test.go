@@ -36,10 +36,18 @@ const outageDrain = 500 * time.Millisecond
 // slack is what a loaded test machine may add to a bound.
 const slack = 500 * time.Millisecond
 
+// officialRetryMax is the longest wait between the official client's
+// tries to open a StreamingPull (apiv1's retry settings): on a server
+// that is gone, the goroutine that retries sleeps up to that before it
+// sees that its Receive ended (one slept 23 s in a CI run).
+const officialRetryMax = 60 * time.Second
+
 // lingerBound is how long goroutines may outlive a shutdown that stopped
 // waiting for them: a publish to the control log or the parking topic
-// that the server does not answer gives up after controllog.PublishTimeout.
-const lingerBound = controllog.PublishTimeout + 10*time.Second
+// that the server does not answer gives up after controllog.PublishTimeout,
+// and the official client's pull stream retries after officialRetryMax
+// at most; a loaded machine adds to either.
+const lingerBound = max(controllog.PublishTimeout, officialRetryMax) + 10*time.Second
 
 // pusher is the service account the push subscription signs as.
 const pusher = "pusher@keyorder-test.iam.gserviceaccount.com"
