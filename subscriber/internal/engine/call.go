@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/keyorder/keyorder/internal/backoff"
 	"github.com/keyorder/keyorder/ordering"
 )
 
@@ -298,11 +299,7 @@ func (r *Engine) DeadLettered(j *Job) bool {
 // Backoff is the wait before the next call of a message after its
 // failures-th counted failure: WithBackoff's min, doubling up to its max.
 func (r *Engine) Backoff(failures int) time.Duration {
-	d := r.Cfg.MinBackoff
-	for i := 1; i < failures && d < r.Cfg.MaxBackoff; i++ {
-		d *= 2
-	}
-	return min(d, r.Cfg.MaxBackoff)
+	return backoff.Doubling(r.Cfg.MinBackoff, r.Cfg.MaxBackoff, failures)
 }
 
 // reportError tells the WithErrorHandler callback about a failed call. A

@@ -9,6 +9,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 
+	"github.com/keyorder/keyorder/internal/backoff"
 	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/subscriber/internal/controllog"
 
@@ -257,12 +258,7 @@ func controlRetry(tries int, err error) (time.Duration, int) {
 // retries and may be minutes: a marker, a release's progress or a claim
 // that failed with another event's publish must not wait that long.
 func controlBackoff(tries int) time.Duration {
-	const first, most = 100 * time.Millisecond, 2 * time.Second
-	d := first
-	for i := 1; i < tries && d < most; i++ {
-		d *= 2
-	}
-	return min(d, most)
+	return backoff.Doubling(100*time.Millisecond, 2*time.Second, tries)
 }
 
 // startRequests starts the Receive's watch of release requests, counted in
