@@ -150,8 +150,12 @@ func TestDrainSendsHeldMessages(t *testing.T) {
 	for _, drain := range drains {
 		t.Run(drain.name, func(t *testing.T) {
 			t.Parallel()
+			// K-0's request answers only once K-2 is published, so that
+			// all three are in its failure, however slow the machine.
+			queued := make(chan struct{})
 			e := newEnv(t, onPublish(func(req *pubsubpb.PublishRequest) (*pubsubpb.PublishResponse, error) {
 				if string(req.Messages[0].Data) == "K-0" {
+					<-queued
 					return nil, status.Error(codes.FailedPrecondition, "injected")
 				}
 				return nil, nil
@@ -166,6 +170,7 @@ func TestDrainSendsHeldMessages(t *testing.T) {
 			// K-0 and K-1 fill a batch, which fails; K-2 waits alone in
 			// the next batch, for an hour, and fails with the tail at once.
 			first, second, tail := pub(0), pub(1), pub(2)
+			close(queued)
 			for _, r := range []*publisher.Result{first, second, tail} {
 				_, err := r.Get(ctx)
 				require.Error(t, err)
