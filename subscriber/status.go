@@ -109,7 +109,7 @@ type Stats struct {
 	Rerun int64
 	// Unverified counts deliveries whose stamp's signature was missing or
 	// wrong, with [WithStampKey]: they ran as unstamped messages, never
-	// taken for copies (stampkey.go).
+	// taken for copies.
 	Unverified int64
 	// Parked counts messages moved to the parking topic and acked
 	// ([WithParking]), and Released the parked messages run by

@@ -7,7 +7,8 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/keyorder/keyorder/internal/backoff"
+	"cloud.google.com/go/pubsub/v2"
+
 	"github.com/keyorder/keyorder/ordering"
 )
 
@@ -63,6 +64,85 @@ type Verdict struct {
 	// deadLettered is set when the message fails for good on its last
 	// delivery: nacked, the service forwards it to the dead-letter topic.
 	deadLettered bool
+}
+
+// Deliver is the official client's callback. On an ordered subscription it
+// is called one message at a time per key, in order, so queueing in call
+// order keeps the key's order in its lane; where the server may send a
+// key's messages out of order, their stamps put them back in order
+// (place). It never waits: a callback that blocked would hold the
+// official client's flow control, and with it every other key.
+func (r *Engine) Deliver(ctx context.Context, m *pubsub.Message) {
+	r.sub.Counts.Received.Add(1)
+	j := r.arrived(ctx, m)
+	if r.processedBefore(m.ID) {
+		// S6: processed already; acking again runs nothing. The call path
+		// checks again before the call; this spares the delivery a turn.
+		r.settle(j, Deduplicated)
+		return
+	}
+	if r.sub.Admits != nil && !r.sub.Admits(m) {
+		r.settle(j, Skipped) // published after Replay started
+		return
+	}
+	var fx Effects
+	l := r.Lanes.with(r, m.OrderingKey, func(l *Lane) {
+		if out := l.accept(j, j.received); out != Queued {
+			fx.Add(j, out)
+		}
+		if !l.Active {
+			l.next(&fx) // a turn if it has something to run, else it may go
+		}
+	})
+	r.apply(l, &fx)
+}
+
+// arrived makes the job of m, delivered by the service to Receive or to
+// the push endpoint, and counts and logs a stamp it refused.
+func (r *Engine) arrived(ctx context.Context, m *pubsub.Message) *Job {
+	j := newJob(ctx, m, r.Cfg.StampKeys)
+	if j.Stamp.err != nil {
+		r.unverified(j)
+	}
+	return j
+}
+
+// processedBefore reports whether the message id was processed already:
+// in this Receive (S6), or, with parking, by the release of a park that
+// has ended since (its ack may have been lost).
+func (r *Engine) processedBefore(id string) bool {
+	return r.seen.contains(id) || (r.park != nil && r.park.ReleasedLately(id))
+}
+
+// take counts j, which is queued, and starts the watch if the window is
+// now half full.
+func (r *Engine) take(j *Job) {
+	rm := &r.room
+	j.counted = true
+	rm.msgs.Add(1)
+	rm.bytes.Add(j.size)
+	if rm.pressed(0) && rm.watching.CompareAndSwap(false, true) {
+		rm.watch.Store(r.clock.after(roomCheck, r.checkRoom))
+	}
+}
+
+// apply does what a change to l decided, once its shard's mutex is
+// released: settlements first, in order, then the next turn, then user
+// callbacks, last, so that one that panics or exits the goroutine has
+// nothing left undone.
+func (r *Engine) apply(l *Lane, fx *Effects) {
+	for _, s := range fx.settle {
+		r.settle(s.j, s.out)
+	}
+	if fx.turn {
+		if err := r.pool.SubmitTask(context.Background(), l.Key, l); err != nil {
+			// The pool is closed: shutting down (S7).
+			l.Drop()
+		}
+	}
+	for _, ev := range fx.events {
+		r.Emit(ev)
+	}
 }
 
 // Call runs j through the call path and hands the verdict to d. j.d is
@@ -197,13 +277,6 @@ func (r *Engine) conclude(j *Job, v Verdict) {
 	}
 }
 
-// processedBefore reports whether the message id was processed already:
-// in this Receive (S6), or, with parking, by the release of a park that
-// has ended since (its ack may have been lost).
-func (r *Engine) processedBefore(id string) bool {
-	return r.seen.contains(id) || (r.park != nil && r.park.ReleasedLately(id))
-}
-
 // logFailure is the attribute set of a failure for good's log.
 func logFailure(j *Job, deadLettered bool) []slog.Attr {
 	return []slog.Attr{
@@ -280,170 +353,59 @@ func (r *Engine) processedStamp(j *Job) {
 	}
 }
 
-// reportGap tells the WithGapHandler callback about g. A panic in the
-// callback is recovered and logged.
-func (r *Engine) reportGap(g Gap) {
-	if r.Cfg.OnGap == nil {
+// settle acks or nacks every delivery of j's message, once (S11), and
+// counts it. At shutdown, a nack is left to the official client, which
+// sends it once its streams are closed (shutdown.go).
+func (r *Engine) settle(j *Job, out Outcome) {
+	if out == Joined || out == Queued || !j.settled.CompareAndSwap(false, true) {
 		return
 	}
-	defer r.recoverCallback("gap handler")
-	r.Cfg.OnGap(g)
+	switch {
+	case out.Acks():
+		for _, m := range j.stale {
+			m.Ack()
+		}
+		r.ack(j, out == Acked)
+		r.Ending.acked()
+	case out == Shutdown && r.Ending.hold(j):
+	default:
+		for _, m := range j.stale {
+			m.Nack()
+		}
+		j.Msg.Nack()
+	}
+	r.room.give(j)
+	r.Count(j, out)
 }
 
-// DeadLettered reports whether the service will forward j's message to
-// the dead-letter topic rather than deliver it again if j is nacked now.
-func (r *Engine) DeadLettered(j *Job) bool {
-	return r.sub.DeadLetterAttempts > 0 && j.deliveryAttempt() >= r.sub.DeadLetterAttempts
-}
-
-// Backoff is the wait before the next call of a message after its
-// failures-th counted failure: WithBackoff's min, doubling up to its max.
-func (r *Engine) Backoff(failures int) time.Duration {
-	return backoff.Doubling(r.Cfg.MinBackoff, r.Cfg.MaxBackoff, failures)
-}
-
-// reportError tells the WithErrorHandler callback about a failed call. A
-// panic in the callback is recovered and logged: it must not leave the
-// message unsettled (S11).
-func (r *Engine) reportError(j *Job, err error) {
-	if r.Cfg.OnError == nil {
+// ack acks the newest delivery of j's message: on an exactly-once
+// subscription, with its answer watched; ran says the handler ran for it.
+func (r *Engine) ack(j *Job, ran bool) {
+	if r.confirm != nil {
+		p := pendingAck{id: j.D.ID, ran: ran}
+		if r.sequenced(j) {
+			p.key, p.stamp = j.D.Key, ordering.Stamp{Producer: j.D.Producer, Seq: j.D.Seq}
+		}
+		r.confirm.ack(p, j.Msg)
 		return
 	}
-	defer r.recoverCallback("error handler")
-	r.Cfg.OnError(&j.D, err)
+	j.Msg.Ack()
 }
 
-// Parked settles jobs, moved to the parking topic, as parked: acked, and
-// counted in Stats.Parked. Every door that parks calls it.
-func (r *Engine) Parked(fx *Effects, jobs ...*Job) {
-	for _, j := range jobs {
-		fx.Add(j, Parked)
+// Count records how j was settled, in Stats and the metrics.
+func (r *Engine) Count(j *Job, out Outcome) {
+	if out == Failed && r.DeadLettered(j) {
+		out = DeadLettered // the service forwards it
 	}
-	r.sub.Counts.Parked.Add(int64(len(jobs)))
+	r.Obs.settled(out)
+	r.sub.Counts.Settled[out].Add(1)
 }
 
-// CountParked counts j, a push moved to the parking topic, as parked: the
-// push's answer acks it.
-func (r *Engine) CountParked(j *Job) {
-	var fx Effects
-	r.Parked(&fx, j)
-	r.Count(j, Parked)
-}
-
-// Log is the engine's logger, its subscription named.
-func (r *Engine) Log() *slog.Logger { return r.Obs.Log }
-
-// PushRefused counts and logs a push request refused with status for err.
-func (r *Engine) PushRefused(ctx context.Context, status int, err error) {
-	r.Obs.pushRefused(ctx, status, err)
-}
-
-// Stopping is closed when the engine stops: Receive's ctx ended, pulling
-// failed, or a push endpoint's Close began.
-func (r *Engine) Stopping() <-chan struct{} { return r.stopping }
-
-// take counts j, which is queued, and starts the watch if the window is
-// now half full.
-func (r *Engine) take(j *Job) {
-	rm := &r.room
-	j.counted = true
-	rm.msgs.Add(1)
-	rm.bytes.Add(j.size)
-	if rm.pressed(0) && rm.watching.CompareAndSwap(false, true) {
-		rm.watch.Store(r.clock.after(roomCheck, r.checkRoom))
+func (r *Engine) Stopped() bool {
+	select {
+	case <-r.stopping:
+		return true
+	default:
+		return false
 	}
-}
-
-// checkRoom is the watch: it nacks the queued deliveries past the backlog
-// of every stuck key, and looks again after roomCheck while the window is
-// still half full.
-func (r *Engine) checkRoom() {
-	rm := &r.room
-	if r.Stopped() {
-		return
-	}
-	now := time.Now()
-	var fx Effects
-	r.Lanes.each(func(l *Lane) { l.shed(now, &fx) })
-	for _, s := range fx.settle {
-		r.settle(s.j, s.out)
-	}
-	if rm.pressed(0) {
-		rm.watch.Store(r.clock.after(roomCheck, r.checkRoom))
-		return
-	}
-	rm.watching.Store(false)
-	if rm.pressed(0) && rm.watching.CompareAndSwap(false, true) { // it filled again meanwhile
-		rm.watch.Store(r.clock.after(roomCheck, r.checkRoom))
-	}
-}
-
-// stopWatch stops the watch at shutdown.
-func (r *Engine) stopWatch() {
-	if t := r.room.watch.Load(); t != nil {
-		r.clock.stop(t)
-	}
-}
-
-// Survey fills in what the running Receive holds now: the counts, the held
-// keys, and, if ranked, the busiest partitions and the top keys.
-func (r *Engine) Survey(st *Snapshot, now time.Time, ranked bool) {
-	c := &r.census
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if ranked && c.index == nil {
-		c.index = make([]int32, r.Cfg.Partitions)
-	}
-	backlog := ranking[KeyStats]{before: moreBacklog}
-	aged := ranking[KeyStats]{before: older}
-	var oldest time.Time
-	r.Lanes.each(func(l *Lane) {
-		q := l.Queue.Len()
-		st.Queued += q
-		if l.Running != nil {
-			st.Running++
-		}
-		if l.trouble != nil {
-			st.Held = append(st.Held, l.heldKey())
-		}
-		o := l.oldest()
-		if !o.IsZero() && (oldest.IsZero() || o.Before(oldest)) {
-			oldest = o
-		}
-		if l.Key == "" {
-			return // not pinned to a partition, and no key to rank
-		}
-		st.Keys++
-		if !ranked || (q == 0 && l.Running == nil) {
-			return
-		}
-		k := KeyStats{
-			Key: l.Key, Partition: l.partition(), Queued: q, Running: l.Running != nil,
-			Age: now.Sub(o), Calls: l.stats.calls, Busy: l.stats.busy, Held: l.trouble != nil,
-		}
-		if k.Running {
-			k.RunningFor = now.Sub(l.busySince)
-		}
-		c.add(k)
-		backlog.offer(k)
-		aged.offer(k)
-	})
-	sortHeld(st.Held)
-	if !oldest.IsZero() {
-		st.OldestAge = now.Sub(oldest)
-	}
-	if !ranked {
-		return
-	}
-	st.TopBacklog, st.TopAge = backlog.items, aged.items
-	st.ActivePartitions = len(c.parts)
-	busiest := ranking[PartitionStats]{before: busier}
-	for _, p := range c.parts {
-		busiest.offer(p)
-	}
-	st.Partitions = busiest.items
-	for _, p := range c.parts {
-		c.index[p.Partition] = 0
-	}
-	c.parts = c.parts[:0]
 }

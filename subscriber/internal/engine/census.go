@@ -66,23 +66,6 @@ type KeyStats struct {
 	Held bool
 }
 
-// laneStats is what a lane counts of its calls, for Stats. Guarded by the
-// lane's shard mutex, like the lane.
-type laneStats struct {
-	calls int
-	busy  time.Duration
-	// part is 1 + the key's partition, 0 until a Stats computes it:
-	// hashing the key costs a cache miss on its bytes, once per lane
-	// rather than once per call.
-	part int32
-}
-
-// ran counts a call that took d.
-func (s *laneStats) ran(d time.Duration) {
-	s.calls++
-	s.busy += d
-}
-
 // census is the scratch of Stats, kept between calls so that a call every
 // second allocates little. mu serialises the calls.
 type census struct {

@@ -27,7 +27,7 @@ type Config struct {
 	OnKeyEvent     func(KeyEvent)
 	SeqWindow      int                  // sequence.go
 	AnyOrder       bool                 // sequence.go: WithUnorderedRedelivery
-	StampKeys      *ordering.StampKeys  // stampkey.go: nil verifies nothing
+	StampKeys      *ordering.StampKeys  // job.go: nil verifies nothing
 	OnGap          func(Gap)            // sequence.go
 	MeterProvider  metric.MeterProvider // nil: the global one, when Receive starts
 	Logger         *slog.Logger         // nil: slog.Default(), when Receive starts

@@ -2,12 +2,14 @@ package engine
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"runtime/debug"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
 
+	"github.com/keyorder/keyorder/internal/backoff"
 	"github.com/keyorder/keyorder/ordering"
 	"github.com/keyorder/keyorder/subscriber/internal/seqwindow"
 	"github.com/keyorder/keyorder/workers"
@@ -32,7 +34,7 @@ type Engine struct {
 	clock          clock             // retry and hold timers
 	confirm        *confirmer        // exactly-once subscriptions only: watches ack answers
 	Obs            *recorder         // metrics and logs (observe.go)
-	census         census            // scratch for Stats (lane_census.go)
+	census         census            // scratch for Stats (census.go)
 	park           Parking           // with WithParking, else nil (lane_park.go)
 	Ending         ending            // what the shutdown nacks once the streams close (shutdown.go)
 }
@@ -74,7 +76,7 @@ func New(ctx context.Context, cfg *Config, sub Facts, h Handler) (*Engine, error
 }
 
 // Start starts what runs beside the lanes: on an exactly-once
-// subscription, the watch of ack answers (exactlyonce.go).
+// subscription, the watch of ack answers (confirm.go).
 func (r *Engine) Start() {
 	if r.sub.ExactlyOnce {
 		r.confirm = &confirmer{}
@@ -99,90 +101,6 @@ func (r *Engine) Finish(pullErr error) error {
 // maxPoolQueue is the largest queue the worker pool allows.
 const maxPoolQueue = 1 << 20
 
-// Deliver is the official client's callback. On an ordered subscription it
-// is called one message at a time per key, in order, so queueing in call
-// order keeps the key's order in its lane; where the server may send a
-// key's messages out of order, their stamps put them back in order
-// (place). It never waits: a callback that blocked would hold the
-// official client's flow control, and with it every other key.
-func (r *Engine) Deliver(ctx context.Context, m *pubsub.Message) {
-	r.sub.Counts.Received.Add(1)
-	j := r.arrived(ctx, m)
-	if r.processedBefore(m.ID) {
-		// S6: processed already; acking again runs nothing. The call path
-		// checks again before the call; this spares the delivery a turn.
-		r.settle(j, Deduplicated)
-		return
-	}
-	if r.sub.Admits != nil && !r.sub.Admits(m) {
-		r.settle(j, Skipped) // published after Replay started
-		return
-	}
-	var fx Effects
-	l := r.Lanes.with(r, m.OrderingKey, func(l *Lane) {
-		if out := l.accept(j, j.received); out != Queued {
-			fx.Add(j, out)
-		}
-		if !l.Active {
-			l.next(&fx) // a turn if it has something to run, else it may go
-		}
-	})
-	r.apply(l, &fx)
-}
-
-// settle acks or nacks every delivery of j's message, once (S11), and
-// counts it. At shutdown, a nack is left to the official client, which
-// sends it once its streams are closed (shutdown.go).
-func (r *Engine) settle(j *Job, out Outcome) {
-	if out == Joined || out == Queued || !j.settled.CompareAndSwap(false, true) {
-		return
-	}
-	switch {
-	case out.Acks():
-		for _, m := range j.stale {
-			m.Ack()
-		}
-		r.ack(j, out == Acked)
-		r.Ending.acked()
-	case out == Shutdown && r.Ending.hold(j):
-	default:
-		for _, m := range j.stale {
-			m.Nack()
-		}
-		j.Msg.Nack()
-	}
-	r.room.give(j)
-	r.Count(j, out)
-}
-
-// Count records how j was settled, in Stats and the metrics.
-func (r *Engine) Count(j *Job, out Outcome) {
-	if out == Failed && r.DeadLettered(j) {
-		out = DeadLettered // the service forwards it
-	}
-	r.Obs.settled(out)
-	r.sub.Counts.Settled[out].Add(1)
-}
-
-// apply does what a change to l decided, once its shard's mutex is
-// released: settlements first, in order, then the next turn, then user
-// callbacks, last, so that one that panics or exits the goroutine has
-// nothing left undone.
-func (r *Engine) apply(l *Lane, fx *Effects) {
-	for _, s := range fx.settle {
-		r.settle(s.j, s.out)
-	}
-	if fx.turn {
-		if err := r.pool.SubmitTask(context.Background(), l.Key, l); err != nil {
-			// The pool is closed: shutting down (S7).
-			l.Drop()
-		}
-	}
-	for _, ev := range fx.events {
-		r.Emit(ev)
-	}
-}
-
 // Emit logs a key event and tells the WithKeyEvents callback.
 func (r *Engine) Emit(ev KeyEvent) {
 	r.Obs.keyEvent(ev)
@@ -198,15 +116,6 @@ func (r *Engine) Emit(ev KeyEvent) {
 func (r *Engine) recoverCallback(what string) {
 	if v := recover(); v != nil {
 		r.Obs.callbackPanicked(what, v, debug.Stack())
-	}
-}
-
-func (r *Engine) Stopped() bool {
-	select {
-	case <-r.stopping:
-		return true
-	default:
-		return false
 	}
 }
 
@@ -330,16 +239,6 @@ func (r *Engine) ArrivePush(ctx context.Context, m *pubsub.Message) *Job {
 	return j
 }
 
-// arrived makes the job of m, delivered by the service to Receive or to
-// the push endpoint, and counts and logs a stamp it refused.
-func (r *Engine) arrived(ctx context.Context, m *pubsub.Message) *Job {
-	j := newJob(ctx, m, r.Cfg.StampKeys)
-	if j.Stamp.err != nil {
-		r.unverified(j)
-	}
-	return j
-}
-
 // CheckReleased verifies the stamp of j, a parked copy m about to run in
 // a release: its Delivery was read from m's attributes, which still hold
 // the signature. A stamp that does not verify leaves j unstamped.
@@ -366,20 +265,6 @@ func (r *Engine) unverified(j *Job) {
 	r.Obs.stampUnverified(j.ctxOr(), j.D.Key, j.Stamp.refused, j.D.ID, j.Stamp.err)
 }
 
-// ack acks the newest delivery of j's message: on an exactly-once
-// subscription, with its answer watched; ran says the handler ran for it.
-func (r *Engine) ack(j *Job, ran bool) {
-	if r.confirm != nil {
-		p := pendingAck{id: j.D.ID, ran: ran}
-		if r.sequenced(j) {
-			p.key, p.stamp = j.D.Key, ordering.Stamp{Producer: j.D.Producer, Seq: j.D.Seq}
-		}
-		r.confirm.ack(p, j.Msg)
-		return
-	}
-	j.Msg.Ack()
-}
-
 // gauges is the survey of the running Receive the gauges report.
 func (r *Engine) gauges() (held, queued int, oldest time.Duration) {
 	var st Snapshot
@@ -402,3 +287,159 @@ func (r *Engine) BeginStop() (drain time.Duration, end func()) {
 
 // CloseMetrics stops the metrics' gauges, once a push endpoint has closed.
 func (r *Engine) CloseMetrics() { r.Obs.close() }
+
+// reportGap tells the WithGapHandler callback about g. A panic in the
+// callback is recovered and logged.
+func (r *Engine) reportGap(g Gap) {
+	if r.Cfg.OnGap == nil {
+		return
+	}
+	defer r.recoverCallback("gap handler")
+	r.Cfg.OnGap(g)
+}
+
+// DeadLettered reports whether the service will forward j's message to
+// the dead-letter topic rather than deliver it again if j is nacked now.
+func (r *Engine) DeadLettered(j *Job) bool {
+	return r.sub.DeadLetterAttempts > 0 && j.deliveryAttempt() >= r.sub.DeadLetterAttempts
+}
+
+// Backoff is the wait before the next call of a message after its
+// failures-th counted failure: WithBackoff's min, doubling up to its max.
+func (r *Engine) Backoff(failures int) time.Duration {
+	return backoff.Doubling(r.Cfg.MinBackoff, r.Cfg.MaxBackoff, failures)
+}
+
+// reportError tells the WithErrorHandler callback about a failed call. A
+// panic in the callback is recovered and logged: it must not leave the
+// message unsettled (S11).
+func (r *Engine) reportError(j *Job, err error) {
+	if r.Cfg.OnError == nil {
+		return
+	}
+	defer r.recoverCallback("error handler")
+	r.Cfg.OnError(&j.D, err)
+}
+
+// Parked settles jobs, moved to the parking topic, as parked: acked, and
+// counted in Stats.Parked. Every door that parks calls it.
+func (r *Engine) Parked(fx *Effects, jobs ...*Job) {
+	for _, j := range jobs {
+		fx.Add(j, Parked)
+	}
+	r.sub.Counts.Parked.Add(int64(len(jobs)))
+}
+
+// CountParked counts j, a push moved to the parking topic, as parked: the
+// push's answer acks it.
+func (r *Engine) CountParked(j *Job) {
+	var fx Effects
+	r.Parked(&fx, j)
+	r.Count(j, Parked)
+}
+
+// Log is the engine's logger, its subscription named.
+func (r *Engine) Log() *slog.Logger { return r.Obs.Log }
+
+// PushRefused counts and logs a push request refused with status for err.
+func (r *Engine) PushRefused(ctx context.Context, status int, err error) {
+	r.Obs.pushRefused(ctx, status, err)
+}
+
+// Stopping is closed when the engine stops: Receive's ctx ended, pulling
+// failed, or a push endpoint's Close began.
+func (r *Engine) Stopping() <-chan struct{} { return r.stopping }
+
+// checkRoom is the watch: it nacks the queued deliveries past the backlog
+// of every stuck key, and looks again after roomCheck while the window is
+// still half full.
+func (r *Engine) checkRoom() {
+	rm := &r.room
+	if r.Stopped() {
+		return
+	}
+	now := time.Now()
+	var fx Effects
+	r.Lanes.each(func(l *Lane) { l.shed(now, &fx) })
+	for _, s := range fx.settle {
+		r.settle(s.j, s.out)
+	}
+	if rm.pressed(0) {
+		rm.watch.Store(r.clock.after(roomCheck, r.checkRoom))
+		return
+	}
+	rm.watching.Store(false)
+	if rm.pressed(0) && rm.watching.CompareAndSwap(false, true) { // it filled again meanwhile
+		rm.watch.Store(r.clock.after(roomCheck, r.checkRoom))
+	}
+}
+
+// stopWatch stops the watch at shutdown.
+func (r *Engine) stopWatch() {
+	if t := r.room.watch.Load(); t != nil {
+		r.clock.stop(t)
+	}
+}
+
+// Survey fills in what the running Receive holds now: the counts, the held
+// keys, and, if ranked, the busiest partitions and the top keys.
+func (r *Engine) Survey(st *Snapshot, now time.Time, ranked bool) {
+	c := &r.census
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ranked && c.index == nil {
+		c.index = make([]int32, r.Cfg.Partitions)
+	}
+	backlog := ranking[KeyStats]{before: moreBacklog}
+	aged := ranking[KeyStats]{before: older}
+	var oldest time.Time
+	r.Lanes.each(func(l *Lane) {
+		q := l.Queue.Len()
+		st.Queued += q
+		if l.Running != nil {
+			st.Running++
+		}
+		if l.trouble != nil {
+			st.Held = append(st.Held, l.heldKey())
+		}
+		o := l.oldest()
+		if !o.IsZero() && (oldest.IsZero() || o.Before(oldest)) {
+			oldest = o
+		}
+		if l.Key == "" {
+			return // not pinned to a partition, and no key to rank
+		}
+		st.Keys++
+		if !ranked || (q == 0 && l.Running == nil) {
+			return
+		}
+		k := KeyStats{
+			Key: l.Key, Partition: l.partition(), Queued: q, Running: l.Running != nil,
+			Age: now.Sub(o), Calls: l.stats.calls, Busy: l.stats.busy, Held: l.trouble != nil,
+		}
+		if k.Running {
+			k.RunningFor = now.Sub(l.busySince)
+		}
+		c.add(k)
+		backlog.offer(k)
+		aged.offer(k)
+	})
+	sortHeld(st.Held)
+	if !oldest.IsZero() {
+		st.OldestAge = now.Sub(oldest)
+	}
+	if !ranked {
+		return
+	}
+	st.TopBacklog, st.TopAge = backlog.items, aged.items
+	st.ActivePartitions = len(c.parts)
+	busiest := ranking[PartitionStats]{before: busier}
+	for _, p := range c.parts {
+		busiest.offer(p)
+	}
+	st.Partitions = busiest.items
+	for _, p := range c.parts {
+		c.index[p.Partition] = 0
+	}
+	c.parts = c.parts[:0]
+}

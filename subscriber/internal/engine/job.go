@@ -69,7 +69,7 @@ type Job struct {
 
 	// stamp is what became of the message's stamp as it arrived: the
 	// signature that goes with it to a parked copy, or why it was not
-	// taken (stampkey.go). Set once.
+	// taken (takeStamp). Set once.
 	Stamp stampNote
 
 	// redriven is set when the message came back from a dead-letter
@@ -83,7 +83,7 @@ type Job struct {
 }
 
 // newJob makes the job of m, whose stamp counts only if it verifies
-// against keys, when set (stampkey.go).
+// against keys, when set (takeStamp).
 func newJob(ctx context.Context, m *pubsub.Message, keys *ordering.StampKeys) *Job {
 	j := &Job{Msg: m, Ctx: ctx, Redriven: IsRedriven(m.Attributes), size: int64(len(m.Data)), received: time.Now()}
 	j.D, j.Stamp = deliveryOf(m, keys)
@@ -160,7 +160,7 @@ func newDelivery(m *pubsub.Message) Delivery {
 
 // deliveryOf builds the Delivery of m. It takes over m's attribute map,
 // which no one else reads, to add the key header without a copy. With
-// keys, a stamp counts only if its signature verifies (stampkey.go).
+// keys, a stamp counts only if its signature verifies (takeStamp).
 func deliveryOf(m *pubsub.Message, keys *ordering.StampKeys) (Delivery, stampNote) {
 	headers := m.Attributes
 	if m.OrderingKey != "" {
@@ -181,4 +181,162 @@ func deliveryOf(m *pubsub.Message, keys *ordering.StampKeys) (Delivery, stampNot
 	}
 	note := takeStamp(&d, headers, keys, m.OrderingKey, m.Data)
 	return d, note
+}
+
+// IsRedriven reports whether a message with attrs came back from a
+// dead-letter topic. An unwrapped push carries its attributes as HTTP
+// headers, whose names arrive lower-cased.
+func IsRedriven(attrs map[string]string) bool {
+	_, ok := attrs[DeadLetterSourceAttribute]
+	if !ok {
+		_, ok = attrs[redrivenHeader]
+	}
+	return ok
+}
+
+// Signed stamps. A stamp (S12) is an attribute: whoever may publish to the
+// topic, or push to the endpoint, can write one, with a real producer's ID
+// and any number. Taken on trust, a forged stamp ahead of a producer's
+// real numbers makes them copies, acked unrun. With [WithStampKey], a
+// stamp counts only with the signature its producer made
+// ([ordering.StampKeys]) over the key, the stamp and the data; a message
+// whose signature is missing or wrong is not a stamped message at all:
+//
+//   - it is delivered as unstamped, Producer "" and Seq 0, its stamp and
+//     signature attributes taken out of Headers as a valid stamp's are,
+//     so that a handler that republishes its headers does not carry it;
+//   - so it never enters the sequence window (S12): it is never taken for
+//     a copy, never makes another message one, and reports no gap; and
+//     the inbox (subscriber/inbox) refuses it as unstamped;
+//   - it is counted in [Stats.Unverified] and the metric
+//     keyorder.subscriber.unverified_stamps, and logged at Warn once per
+//     producer and key (again at most hourly while it goes on).
+//
+// Every door checks: Receive (and Replay, which runs it) and a push
+// request as a message arrives, a release of parked messages as it reads
+// each copy. A verified stamp's signature stays with its delivery, so
+// that a parked copy carries it and its release verifies it again.
+
+// A stampNote is what became of a message's stamp as it arrived.
+type stampNote struct {
+	// sig is the signature of the stamp the delivery carries, if it came
+	// with one, so that a parked copy carries it too (Parking.copyOf, internal/parking).
+	Sig string
+	// refused is a well-formed stamp whose signature failed, and why; the
+	// delivery carries no stamp.
+	refused ordering.Stamp
+	err     error
+}
+
+// takeStamp moves the stamp of headers, the attributes of a message of
+// orderingKey and data, into d, unless keys are set and its signature
+// does not verify; either way it leaves headers without the stamp and its
+// signature. A malformed stamp stays in headers, and d unstamped.
+func takeStamp(d *Delivery, headers map[string]string, keys *ordering.StampKeys, orderingKey string, data []byte) stampNote {
+	st, err := ordering.ParseStamp(headers)
+	if err != nil || st.IsZero() {
+		return stampNote{}
+	}
+	var note stampNote
+	if keys != nil {
+		if err := keys.Verify(headers, orderingKey, st, data); err != nil {
+			note.refused, note.err = st, err
+		}
+	}
+	if note.err == nil {
+		d.Producer, d.Seq = st.Producer, st.Seq
+		note.Sig = headers[ordering.SignatureAttribute]
+	}
+	ordering.DeleteStamp(headers)
+	return note
+}
+
+// An Outcome is what became of one delivery: what the call path decided
+// of a call, and how a door settled the delivery. It is the one name of
+// each outcome in the call path, the doors, Stats and the metrics: its
+// String is its keyorder.outcome label, Reason its keyorder.reason label.
+//
+// Adding an outcome is a constant and its labels here, the call path's
+// decision of it, and what each door's settle does with it.
+type Outcome uint8
+
+const (
+	Queued Outcome = iota // not settled: queued on its lane
+	Joined                // not settled: joined a job of the same message
+
+	// What the call path decides of a call; a door settles it.
+
+	Acked        // the handler returned nil: ack (S4)
+	Deduplicated // not called, processed already (S6, S12): ack
+	Shutdown     // not called, or failed, while Receive stops (S7): nack
+	Retried      // failed: call again after a delay (S5); push nacks, for the service to push again
+	HoldKey      // failed for good: nack, and hold the key until the message comes back (S5)
+	Parked       // failed for good: park the key (WithParking); its deliveries move to the parking topic, acked
+	Failed       // failed for good, nothing to hold (S8) or dead-lettered: nack
+
+	// How a door settles a delivery it does not call.
+
+	Held         // nacked unrun: its key is held (S5)
+	Tail         // nacked unrun with its key's failed message (S5)
+	Room         // nacked unrun: its key had no room (S10)
+	Skipped      // acked unrun: outside the range a Replay reads
+	DeadLettered // Failed on its last delivery: the service forwards it to the dead-letter topic
+
+	NumOutcomes // the number of outcomes, for tables indexed by Outcome
+)
+
+// labels are each outcome's metric labels, and whether its delivery is
+// acked.
+var labels = [NumOutcomes]struct {
+	label, reason string
+	acks          bool
+}{
+	Queued:       {label: "queued"},
+	Joined:       {label: "joined"},
+	Acked:        {label: "acked", acks: true},
+	Deduplicated: {label: "deduplicated", acks: true},
+	Shutdown:     {label: "nacked", reason: "shutdown"},
+	Retried:      {label: "nacked", reason: "retry"},
+	HoldKey:      {label: "nacked", reason: "failed"},
+	Parked:       {label: "parked", acks: true},
+	Failed:       {label: "nacked", reason: "failed"},
+	Held:         {label: "held", reason: "hold"},
+	Tail:         {label: "held", reason: "tail"},
+	Room:         {label: "nacked", reason: "room"},
+	Skipped:      {label: "acked", reason: "replay_range", acks: true},
+	DeadLettered: {label: "dead_lettered", reason: "failed"},
+}
+
+// String is o's keyorder.outcome label.
+func (o Outcome) String() string { return labels[o].label }
+
+// Reason is o's keyorder.reason label, empty where it has none.
+func (o Outcome) Reason() string { return labels[o].reason }
+
+// Acks reports whether a delivery settled with o is acked.
+func (o Outcome) Acks() bool { return labels[o].acks }
+
+// ForGood reports whether the message failed for good.
+func (o Outcome) ForGood() bool {
+	return o == HoldKey || o == Parked || o == Failed || o == DeadLettered
+}
+
+// Effects collects what a change to a lane decided and must be done once
+// its shard's mutex is released: acks and nacks, which call into the
+// official client, the lane's next turn, and events for user callbacks,
+// which may block, panic or exit the goroutine.
+type Effects struct {
+	settle []settlement
+	turn   bool
+	events []KeyEvent
+}
+
+// settlement is the fate of one job: acked, or nacked for a reason.
+type settlement struct {
+	j   *Job
+	out Outcome
+}
+
+func (fx *Effects) Add(j *Job, out Outcome) {
+	fx.settle = append(fx.settle, settlement{j, out})
 }

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keyorder/keyorder/internal/fifo"
@@ -23,9 +25,10 @@ import (
 // A message without a key gets a lane of its own, outside the map of keys,
 // that lives as long as that one message.
 //
-// Its methods are in lane.go, its life, its turn, accepting a delivery,
-// parking and push's bookkeeping, and in lane_failure.go, failure, room and
-// what Stats reads (the census).
+// Its methods are in lane.go, a delivery's way through the lane
+// (accepting it, its turn, settling its verdict, push's bookkeeping) with
+// the lanes' map of keys, and in lane_failure.go, failure, room, parking,
+// shutdown and what Stats reads (the census).
 type Lane struct {
 	r   *Engine // set when made
 	sh  *laneShard
@@ -66,27 +69,6 @@ type Lane struct {
 	pk laneParking
 }
 
-// trouble is a lane's failing message: the one no later message of the key
-// may overtake (S5). It lasts from the message's first failure to its
-// success, or until the service gives up on it.
-type trouble struct {
-	id      string
-	since   time.Time
-	attempt int   // handler calls so far
-	err     error // the last one's
-	retryAt time.Time
-	// held is set while the message is away: the failure policy nacked
-	// it, and the key waits for the service to bring it back, until
-	// lapse fires.
-	held  bool
-	lapse *time.Timer
-	// reported is set once KeyHeld has been emitted, so that KeyReleased
-	// is due when the trouble ends.
-	reported bool
-	// way is the way back of what the hold sent back, while held.
-	way *comeback
-}
-
 // release removes the lane from its shard once it holds nothing. The
 // shard's mutex must be held.
 func (l *Lane) release() {
@@ -100,33 +82,6 @@ func (l *Lane) release() {
 	}
 }
 
-// heldKey describes the lane's trouble. The shard's mutex must be held.
-func (l *Lane) heldKey() HeldKey {
-	t := l.trouble
-	k := HeldKey{
-		Key: l.Key, MessageID: t.id, Since: t.since, Attempt: t.attempt, Err: t.err,
-		Held: t.held, RetryAt: t.retryAt, Queued: l.Queue.Len(),
-	}
-	for i := 0; i < l.Queue.Len(); i++ {
-		if l.Queue.At(i).D.ID == t.id {
-			// The failed message itself, waiting for its retry: at the
-			// head, or behind earlier messages of its producer (place).
-			k.Queued--
-			break
-		}
-	}
-	if l.Running != nil && l.Running.D.ID != t.id {
-		k.Queued++
-	}
-	if t.way != nil {
-		k.Queued += t.way.held()
-		if t.way.slots[0] != nil {
-			k.Queued-- // the failed message itself, come back
-		}
-	}
-	return k
-}
-
 // A turn is a lane's task in the worker pool: it runs the lane's oldest
 // delivery. The pool runs it on the lane key's partition, so a key's
 // turns never overlap, and it runs or drops each one exactly once.
@@ -137,16 +92,6 @@ func (l *Lane) Run() {
 	if j := l.begin(); j != nil {
 		l.r.Call(j, l)
 	}
-}
-
-// Drop is called by the pool when it discards a turn before it ran, at
-// shutdown: the lane's deliveries are nacked unrun (S7).
-func (l *Lane) Drop() {
-	l.Update(func(_ time.Time) (fx Effects) {
-		l.Active, l.turn = false, false
-		l.drain(&fx, Shutdown)
-		return fx
-	})
 }
 
 // Update is every change to a lane from outside a held shard mutex: f
@@ -256,47 +201,6 @@ func (l *Lane) next(fx *Effects) {
 	l.release()
 }
 
-// drain takes every queued delivery out of the lane to be nacked with out,
-// and stops its timers, at shutdown. The shard's mutex must be held.
-func (l *Lane) drain(fx *Effects, out Outcome) {
-	for j, ok := l.Queue.Pop(); ok; j, ok = l.Queue.Pop() {
-		fx.Add(j, out)
-	}
-	if l.r.clock.stop(l.Retry) {
-		l.Retry, l.Active = nil, false // no turn will come
-	}
-	if t := l.trouble; t != nil {
-		if l.r.clock.stop(t.lapse) {
-			t.lapse = nil
-		}
-		if t.way != nil {
-			for _, j := range t.way.slots {
-				if j != nil {
-					fx.Add(j, out)
-				}
-			}
-			t.way = nil
-		}
-	}
-	l.closeRoomGap()
-}
-
-// wait makes the lane's head wait d for its next attempt, holding no
-// worker (S5): the lane stays active, so that nothing else submits a turn,
-// until the timer submits one. The shard's mutex must be held.
-func (l *Lane) wait(d time.Duration, now time.Time) {
-	l.Active = true
-	if t := l.trouble; t != nil {
-		t.retryAt = now.Add(d)
-	}
-	l.Retry = l.r.clock.after(d, l.due)
-}
-
-// due is the retry timer's function: the head's next attempt is due.
-func (l *Lane) due() {
-	l.Update(func(time.Time) Effects { l.Retry = nil; return Effects{} })
-}
-
 // ewma folds d into the moving average avg, a quarter at a time; the first
 // sample is taken as it is.
 func ewma(avg, d time.Duration) time.Duration {
@@ -387,24 +291,6 @@ func (l *Lane) place(j *Job, now time.Time) {
 	l.Queue.Insert(i, j)
 }
 
-// putBack returns j, which ran or was taken out of the lane, to the head
-// of the lane, behind any delivery of its producer queued with a lower
-// number (place). The shard's mutex must be held.
-func (l *Lane) putBack(j *Job) {
-	i := 0
-	if ordersBySeq(l, j) {
-		for k := 0; k < l.Queue.Len(); k++ {
-			if q := l.Queue.At(k); q.D.Producer == j.D.Producer {
-				if q.D.Seq > j.D.Seq {
-					break
-				}
-				i = k + 1
-			}
-		}
-	}
-	l.Queue.Insert(i, j)
-}
-
 // ordersBySeq reports whether j's place in l follows its stamp: a keyed
 // delivery of an ordered subscription, stamped by its producer, from a
 // server that may redeliver out of order.
@@ -435,4 +321,147 @@ func (l *Lane) pushed(j *Job, v Verdict) Effects {
 	l.note(j, v, now, &fx)
 	l.release()
 	return fx
+}
+
+// note records v, the call path's verdict on j, in the key's trouble: the
+// held-key record that HeldKeys and Stats.Held read, whatever the door
+// (the pull path's settle, and push's, pushed). A failure starts or
+// updates it; a failure for good that holds the key marks it held and
+// tells KeyHeld once; the message's success, or the service giving up on
+// it, ends it. The shard's mutex must be held.
+func (l *Lane) note(j *Job, v Verdict, now time.Time, fx *Effects) {
+	t := l.trouble
+	switch {
+	case v.Out == Acked:
+		if t != nil && t.id == j.D.ID {
+			l.endTrouble(fx, ReasonSucceeded, now)
+		}
+		return
+	case v.Out == Deduplicated || v.Out == Shutdown:
+		return
+	case t == nil || t.id != j.D.ID:
+		t = &trouble{id: j.D.ID, since: now}
+		l.trouble = t
+	}
+	t.attempt, t.err, t.retryAt = j.D.Attempt, v.Err, time.Time{}
+	switch v.Out {
+	case Retried:
+		t.retryAt = now.Add(v.Delay)
+	case Parked:
+		l.endTrouble(nil, "", now) // parking tells of the park (KeyParked)
+	case Failed:
+		if v.deadLettered && l.Key != "" && l.r.sub.Ordered {
+			// The service forwards the message instead of sending it
+			// back, and goes on with the key.
+			l.endTrouble(fx, ReasonDeadLettered, now)
+		} else {
+			l.trouble = nil // nothing to keep in order behind it (S8)
+		}
+	case HoldKey:
+		t.held = true
+		t.lapse = l.r.clock.after(l.r.Cfg.RedeliveryWait, func() { l.lapsed(t) })
+		if !t.reported {
+			t.reported = true
+			fx.events = append(fx.events, KeyEvent{Kind: KeyHeld, HeldKey: l.heldKey(), At: now})
+		}
+	}
+}
+
+// closeRoomGap ends the lane's room gap, if it has one. The shard's mutex must be
+// held.
+func (l *Lane) closeRoomGap() {
+	if l.roomGap == "" {
+		return
+	}
+	l.r.clock.stop(l.roomGapEnd)
+	l.roomGap, l.roomGapEnd = "", nil
+}
+
+// laneStats is what a lane counts of its calls, for Stats. Guarded by the
+// lane's shard mutex, like the lane.
+type laneStats struct {
+	calls int
+	busy  time.Duration
+	// part is 1 + the key's partition, 0 until a Stats computes it:
+	// hashing the key costs a cache miss on its bytes, once per lane
+	// rather than once per call.
+	part int32
+}
+
+// ran counts a call that took d.
+func (s *laneStats) ran(d time.Duration) {
+	s.calls++
+	s.busy += d
+}
+
+// laneShards spreads the lanes over this many mutexes.
+const laneShards = 64
+
+// lanes holds a lane for every key with something in this Receive: a
+// delivery queued or running, a retry pending, or a hold (S5). A key with
+// none of these has no lane, so idle keys leave nothing behind.
+type lanes struct {
+	shards [laneShards]laneShard
+	next   atomic.Uint32 // spreads the lanes of unkeyed messages over the shards
+}
+
+// A laneShard guards its lanes, and every field of each, with mu.
+type laneShard struct {
+	mu    sync.Mutex
+	keyed map[string]*Lane // by key
+	loose map[*Lane]bool   // lanes of messages without a key, one message each
+}
+
+// with calls f with the lane of key, made if there is none, or with a new
+// Lane of its own for a message without a key, under the lane's shard's
+// mutex, and returns the lane. f must not block.
+func (ls *lanes) with(r *Engine, key string, f func(l *Lane)) *Lane {
+	var l *Lane
+	if key == "" {
+		sh := &ls.shards[ls.next.Add(1)%laneShards]
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		l = sh.looseLane(r)
+	} else {
+		sh := &ls.shards[laneHash(key)%laneShards]
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		l = sh.keyLane(r, key)
+	}
+	f(l)
+	return l
+}
+
+// keyLane returns the lane of key, making it if there is none. sh.mu must
+// be held.
+func (sh *laneShard) keyLane(r *Engine, key string) *Lane {
+	if l := sh.keyed[key]; l != nil {
+		return l
+	}
+	if sh.keyed == nil {
+		sh.keyed = make(map[string]*Lane)
+	}
+	l := &Lane{r: r, sh: sh, Key: key}
+	sh.keyed[key] = l
+	return l
+}
+
+// looseLane makes a lane for one message without a key. sh.mu must be held.
+func (sh *laneShard) looseLane(r *Engine) *Lane {
+	if sh.loose == nil {
+		sh.loose = make(map[*Lane]bool)
+	}
+	l := &Lane{r: r, sh: sh}
+	sh.loose[l] = true
+	return l
+}
+
+// laneHash is FNV-1a, 32 bits: it only spreads keys over the shards.
+func laneHash(key string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h ^= uint32(key[i])
+		h *= 16777619
+	}
+	return h
 }

@@ -18,50 +18,6 @@ import (
 // is nacked. Each later delivery of a message that failed for good gets
 // one call, after the backoff its failures have reached.
 
-// note records v, the call path's verdict on j, in the key's trouble: the
-// held-key record that HeldKeys and Stats.Held read, whatever the door
-// (the pull path's settle, and push's, pushed). A failure starts or
-// updates it; a failure for good that holds the key marks it held and
-// tells KeyHeld once; the message's success, or the service giving up on
-// it, ends it. The shard's mutex must be held.
-func (l *Lane) note(j *Job, v Verdict, now time.Time, fx *Effects) {
-	t := l.trouble
-	switch {
-	case v.Out == Acked:
-		if t != nil && t.id == j.D.ID {
-			l.endTrouble(fx, ReasonSucceeded, now)
-		}
-		return
-	case v.Out == Deduplicated || v.Out == Shutdown:
-		return
-	case t == nil || t.id != j.D.ID:
-		t = &trouble{id: j.D.ID, since: now}
-		l.trouble = t
-	}
-	t.attempt, t.err, t.retryAt = j.D.Attempt, v.Err, time.Time{}
-	switch v.Out {
-	case Retried:
-		t.retryAt = now.Add(v.Delay)
-	case Parked:
-		l.endTrouble(nil, "", now) // parking tells of the park (KeyParked)
-	case Failed:
-		if v.deadLettered && l.Key != "" && l.r.sub.Ordered {
-			// The service forwards the message instead of sending it
-			// back, and goes on with the key.
-			l.endTrouble(fx, ReasonDeadLettered, now)
-		} else {
-			l.trouble = nil // nothing to keep in order behind it (S8)
-		}
-	case HoldKey:
-		t.held = true
-		t.lapse = l.r.clock.after(l.r.Cfg.RedeliveryWait, func() { l.lapsed(t) })
-		if !t.reported {
-			t.reported = true
-			fx.events = append(fx.events, KeyEvent{Kind: KeyHeld, HeldKey: l.heldKey(), At: now})
-		}
-	}
-}
-
 // retryLater puts j, whose call failed, back at the head of the lane for
 // its next call after d, the key waiting without a worker (S5), behind
 // any earlier message of its producer that arrived while it ran (place),
@@ -291,16 +247,6 @@ func (l *Lane) openRoomGap(id string) {
 	})
 }
 
-// closeRoomGap ends the lane's room gap, if it has one. The shard's mutex must be
-// held.
-func (l *Lane) closeRoomGap() {
-	if l.roomGap == "" {
-		return
-	}
-	l.r.clock.stop(l.roomGapEnd)
-	l.roomGap, l.roomGapEnd = "", nil
-}
-
 // fenceArrival is called for a new keyed delivery on l, before the lane's
 // other rules: a delivery that arrives at a lane holding nothing of its
 // key waits for the barrier. The shard's mutex must be held.
@@ -392,4 +338,121 @@ func (l *Lane) land(jobs []*Job, parked bool, err error) {
 	if err != nil && !errors.Is(err, context.Canceled) {
 		r.Obs.Log.Warn("keyorder/subscriber: could not park messages; will try again", "key", l.Key, "error", err)
 	}
+}
+
+// trouble is a lane's failing message: the one no later message of the key
+// may overtake (S5). It lasts from the message's first failure to its
+// success, or until the service gives up on it.
+type trouble struct {
+	id      string
+	since   time.Time
+	attempt int   // handler calls so far
+	err     error // the last one's
+	retryAt time.Time
+	// held is set while the message is away: the failure policy nacked
+	// it, and the key waits for the service to bring it back, until
+	// lapse fires.
+	held  bool
+	lapse *time.Timer
+	// reported is set once KeyHeld has been emitted, so that KeyReleased
+	// is due when the trouble ends.
+	reported bool
+	// way is the way back of what the hold sent back, while held.
+	way *comeback
+}
+
+// heldKey describes the lane's trouble. The shard's mutex must be held.
+func (l *Lane) heldKey() HeldKey {
+	t := l.trouble
+	k := HeldKey{
+		Key: l.Key, MessageID: t.id, Since: t.since, Attempt: t.attempt, Err: t.err,
+		Held: t.held, RetryAt: t.retryAt, Queued: l.Queue.Len(),
+	}
+	for i := 0; i < l.Queue.Len(); i++ {
+		if l.Queue.At(i).D.ID == t.id {
+			// The failed message itself, waiting for its retry: at the
+			// head, or behind earlier messages of its producer (place).
+			k.Queued--
+			break
+		}
+	}
+	if l.Running != nil && l.Running.D.ID != t.id {
+		k.Queued++
+	}
+	if t.way != nil {
+		k.Queued += t.way.held()
+		if t.way.slots[0] != nil {
+			k.Queued-- // the failed message itself, come back
+		}
+	}
+	return k
+}
+
+// drain takes every queued delivery out of the lane to be nacked with out,
+// and stops its timers, at shutdown. The shard's mutex must be held.
+func (l *Lane) drain(fx *Effects, out Outcome) {
+	for j, ok := l.Queue.Pop(); ok; j, ok = l.Queue.Pop() {
+		fx.Add(j, out)
+	}
+	if l.r.clock.stop(l.Retry) {
+		l.Retry, l.Active = nil, false // no turn will come
+	}
+	if t := l.trouble; t != nil {
+		if l.r.clock.stop(t.lapse) {
+			t.lapse = nil
+		}
+		if t.way != nil {
+			for _, j := range t.way.slots {
+				if j != nil {
+					fx.Add(j, out)
+				}
+			}
+			t.way = nil
+		}
+	}
+	l.closeRoomGap()
+}
+
+// wait makes the lane's head wait d for its next attempt, holding no
+// worker (S5): the lane stays active, so that nothing else submits a turn,
+// until the timer submits one. The shard's mutex must be held.
+func (l *Lane) wait(d time.Duration, now time.Time) {
+	l.Active = true
+	if t := l.trouble; t != nil {
+		t.retryAt = now.Add(d)
+	}
+	l.Retry = l.r.clock.after(d, l.due)
+}
+
+// due is the retry timer's function: the head's next attempt is due.
+func (l *Lane) due() {
+	l.Update(func(time.Time) Effects { l.Retry = nil; return Effects{} })
+}
+
+// Drop is called by the pool when it discards a turn before it ran, at
+// shutdown: the lane's deliveries are nacked unrun (S7).
+func (l *Lane) Drop() {
+	l.Update(func(_ time.Time) (fx Effects) {
+		l.Active, l.turn = false, false
+		l.drain(&fx, Shutdown)
+		return fx
+	})
+}
+
+// putBack returns j, which ran or was taken out of the lane, to the head
+// of the lane, behind any delivery of its producer queued with a lower
+// number (place). The shard's mutex must be held.
+func (l *Lane) putBack(j *Job) {
+	i := 0
+	if ordersBySeq(l, j) {
+		for k := 0; k < l.Queue.Len(); k++ {
+			if q := l.Queue.At(k); q.D.Producer == j.D.Producer {
+				if q.D.Seq > j.D.Seq {
+					break
+				}
+				i = k + 1
+			}
+		}
+	}
+	l.Queue.Insert(i, j)
 }

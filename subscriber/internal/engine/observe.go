@@ -29,7 +29,7 @@ type recorder struct {
 
 	deliveries metric.Int64Counter
 	// unverifiedStamps counts stamps refused for their signature
-	// (stampkey.go), and unverifiedAs is its attribute set.
+	// (takeStamp, job.go), and unverifiedAs is its attribute set.
 	unverifiedStamps metric.Int64Counter
 	unverifiedAs     []metric.AddOption
 	duration         metric.Float64Histogram
@@ -73,7 +73,7 @@ const (
 
 var callOutcomes = [3]string{"ok", "error", "panic"}
 
-// A gaugeSource tells what the gauges report; Receive provides it (lane_census.go).
+// A gaugeSource tells what the gauges report; Receive provides it (Engine.gauges).
 type gaugeSource func() (held, queued int, oldest time.Duration)
 
 // newRecorder returns the recorder of a Receive of s, whose gauges report
@@ -338,4 +338,17 @@ func (o *recorder) sequenceRerun(ctx context.Context, key, producer string, seq 
 	o.Log.LogAttrs(ctx, slog.LevelInfo, "keyorder/subscriber: sequence number may have run before",
 		slog.String("key", key), slog.String("producer", producer), slog.String("seq", ordering.FormatSeq(seq)),
 		slog.String("message_id", id))
+}
+
+// stampUnverified counts a stamp refused for its signature, and logs it at
+// Warn once per producer and key, again at most hourly while it goes on,
+// with the count refused since: someone publishes with a producer's ID
+// and no key, or a producer signs with a key this subscriber lacks.
+func (o *recorder) stampUnverified(ctx context.Context, key string, st ordering.Stamp, id string, err error) {
+	o.unverifiedStamps.Add(ctx, 1, o.unverifiedAs...)
+	if ok, since := o.unverifiedLog.allow(key, st.Producer); ok {
+		o.Log.LogAttrs(ctx, slog.LevelWarn, "keyorder/subscriber: stamp signature not verified; message run as unstamped",
+			slog.String("key", key), slog.String("producer", st.Producer), slog.String("seq", ordering.FormatSeq(st.Seq)),
+			slog.String("message_id", id), slog.Any("error", err), slog.Int64("suppressed_since_last_warning", since))
+	}
 }

@@ -80,17 +80,6 @@ import (
 // for a copy (S12).
 const DeadLetterSourceAttribute = "CloudPubSubDeadLetterSourceSubscription"
 
-// IsRedriven reports whether a message with attrs came back from a
-// dead-letter topic. An unwrapped push carries its attributes as HTTP
-// headers, whose names arrive lower-cased.
-func IsRedriven(attrs map[string]string) bool {
-	_, ok := attrs[DeadLetterSourceAttribute]
-	if !ok {
-		_, ok = attrs[redrivenHeader]
-	}
-	return ok
-}
-
 // redrivenHeader is DeadLetterSourceAttribute as an unwrapped push
 // request's header carries it.
 var redrivenHeader = strings.ToLower(DeadLetterSourceAttribute)

@@ -11,7 +11,7 @@ type Counters struct {
 	Settled                                            [NumOutcomes]atomic.Int64 // by outcome (receive.go)
 	Received, Retried, Failed, DeadLettered, AckFailed atomic.Int64
 	Duplicates, Gaps, UncertainGaps, Rerun             atomic.Int64 // sequence.go
-	Unverified                                         atomic.Int64 // stampkey.go
+	Unverified                                         atomic.Int64 // job.go: takeStamp
 	Parked, Released                                   atomic.Int64 // internal/parking
 }
 
