@@ -115,7 +115,7 @@ func (s *Subscription) newReceiver(ctx context.Context, h Handler) (*engine.Engi
 		DeadLetterAttempts: s.deadLetterAttempts, Counts: &s.counts,
 	}
 	if s.replay != nil {
-		sub.Admits = s.replay.admits
+		sub.Range = s.replay.span
 	}
 	return engine.New(ctx, &s.cfg.Config, sub, h)
 }

@@ -176,8 +176,7 @@ func seekAndRun(ctx context.Context, s *Subscription, seekTo, from, start time.T
 	if err != nil {
 		return fmt.Errorf("keyorder/subscriber: seek replay subscription %s to %v: %w", s.name, seekTo, err)
 	}
-	rp := &replay{h: h, from: from, start: start, failed: make(chan struct{})}
-	rp.rule.quiet = s.cfg.quiet
+	rp := &replay{h: h, span: &engine.Range{From: from, Before: start, Quiet: s.cfg.quiet}, failed: make(chan struct{})}
 	s.replay = rp
 	return rp.run(ctx, s)
 }
@@ -185,9 +184,8 @@ func seekAndRun(ctx context.Context, s *Subscription, seekTo, from, start time.T
 // replay is the state of one Replay, shared by the receiver's callback
 // and turns and by Replay's own goroutine, which watches for the end.
 type replay struct {
-	h           Handler
-	from, start time.Time // set once: the range of publish times handed to h
-	rule        caughtUp
+	h    Handler
+	span *engine.Range // set once: the range of publish times handed to h, and the rule for the end
 
 	// failed is closed by the first failure of h, whose error err then
 	// holds; stopped is set at the same time, so that h is not called
@@ -203,7 +201,7 @@ type replay struct {
 func (rp *replay) run(ctx context.Context, s *Subscription) error {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	rp.rule.active(time.Now())
+	rp.span.Active(time.Now())
 	received := make(chan error, 1)
 	go func() { received <- s.Receive(rctx, rp.handle) }()
 
@@ -226,7 +224,7 @@ func (rp *replay) run(ctx context.Context, s *Subscription) error {
 			return ctx.Err()
 		case now := <-tick.C:
 			r := s.current.Load()
-			if r == nil || !rp.rule.done(now, r.Idle) {
+			if r == nil || !rp.span.Done(now, r.Idle) {
 				continue
 			}
 			cancel()
@@ -237,19 +235,6 @@ func (rp *replay) run(ctx context.Context, s *Subscription) error {
 			return err
 		}
 	}
-}
-
-// admits reports whether Replay hands m to h: it was published in
-// [from, start). A receiver that is not Replay's admits everything.
-func (rp *replay) admits(m *pubsub.Message) bool {
-	if rp == nil {
-		return true
-	}
-	if m.PublishTime.Before(rp.from) || !m.PublishTime.Before(rp.start) {
-		return false
-	}
-	rp.rule.active(time.Now())
-	return true
 }
 
 // handle is the Handler Replay's Receive runs: h, until h fails once.
@@ -266,7 +251,7 @@ func (rp *replay) handle(ctx context.Context, d *Delivery) (err error) {
 		if err != nil {
 			rp.fail(d, err)
 		}
-		rp.rule.active(time.Now()) // the ack may let the service send more of the key
+		rp.span.Active(time.Now()) // the ack may let the service send more of the key
 	}()
 	err = engine.InvokeHandler(rp.h, ctx, d)
 	return err
@@ -287,24 +272,3 @@ func (rp *replay) fail(d *Delivery, err error) {
 // errReplayStopped fails the calls that come after h has failed, so that
 // their messages are not acked.
 var errReplayStopped = errors.New("keyorder/subscriber: replay stopped")
-
-// caughtUp is Replay's rule for the end: the receiver holds nothing in
-// range that is not processed, and for quiet nothing in range has
-// arrived or finished processing. Ending a call counts, since its ack may
-// be what lets the service send the key's next messages.
-type caughtUp struct {
-	quiet time.Duration // set once
-	last  atomic.Int64  // UnixNano of the last activity in range
-}
-
-// active records activity at now.
-func (c *caughtUp) active(now time.Time) { c.last.Store(now.UnixNano()) }
-
-// done reports whether Replay has caught up at now. idle is asked first,
-// so that a message that arrives while it is asked counts as activity.
-func (c *caughtUp) done(now time.Time, idle func() bool) bool {
-	if !idle() {
-		return false
-	}
-	return now.Sub(time.Unix(0, c.last.Load())) >= c.quiet
-}

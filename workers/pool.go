@@ -298,40 +298,6 @@ type shard struct {
 	closed bool
 }
 
-// partition is one partition of a [Pool]: a bounded FIFO of tasks, run one
-// at a time by whichever runner takes it from the ready queue. Every task
-// of a key goes to the same partition, so the FIFO and the one-at-a-time
-// rule are what order a key's tasks. Every field is guarded by the
-// partition's shard mutex.
-type partition struct {
-	index int
-
-	// queue holds the tasks accepted and not started, oldest first. Only
-	// the runner of the partition pops from it; Stop and DropQueued may
-	// remove from it.
-	queue ring
-
-	// waiters are the Submit calls blocked on a full queue, oldest first.
-	// Invariant: waiters is empty unless queue is full. Whoever frees a
-	// slot moves the oldest waiter's entry into it and settles the waiter
-	// (admitLocked), so blocked Submits enter the queue in the order they
-	// blocked, and one freed slot wakes one Submit.
-	waiters waitList
-
-	// running is set while a runner runs one of the partition's tasks;
-	// ready while the partition sits in the pool's ready queue. Invariant:
-	// a partition with a task queued is running or ready, never both, so
-	// its tasks run one at a time and none is forgotten.
-	running bool
-	ready   bool
-}
-
-// idle reports whether the partition holds nothing and no runner or ready
-// queue refers to it, so that it can leave its shard's map.
-func (q *partition) idle() bool {
-	return q.queue.len() == 0 && !q.running && !q.ready && q.waiters.head == nil
-}
-
 // lookup returns the partition of index if it is busy, or nil. sh.mu must
 // be held.
 func (sh *shard) lookup(index int) *partition {
@@ -406,33 +372,6 @@ func (p *Pool) submit(ctx context.Context, sh *shard, q *partition, e entry) err
 		sh.release(q)
 		return ctx.Err()
 	}
-}
-
-// admitLocked moves blocked Submits into free slots of the queue, oldest
-// first. The shard's mu must be held.
-func (q *partition) admitLocked() {
-	for !q.queue.full() {
-		w := q.waiters.pop()
-		if w == nil {
-			return
-		}
-		q.queue.push(w.entry)
-		close(w.ready) // w.err stays nil: admitted
-	}
-}
-
-// shutLocked closes q's blocked Submits with ErrClosed and, if drop is
-// true, takes every queued task out and appends it to out, oldest first,
-// for the caller to drop. The shard's mu must be held.
-func (q *partition) shutLocked(drop bool, out []entry) []entry {
-	for w := q.waiters.pop(); w != nil; w = q.waiters.pop() {
-		w.err = ErrClosed
-		close(w.ready)
-	}
-	if drop {
-		out = q.queue.remove(func(entry) bool { return true }, out)
-	}
-	return out
 }
 
 // drop calls the Drop of each entry, in order, on the calling goroutine.

@@ -1,6 +1,10 @@
 package workers
 
-import "runtime/debug"
+import (
+	"runtime/debug"
+
+	"github.com/keyorder/keyorder/internal/fifo"
+)
 
 // Runners are the goroutines that run tasks. A partition with a task to run
 // and no runner sits in the pool's ready queue; a runner takes the oldest
@@ -15,6 +19,10 @@ import "runtime/debug"
 // task. A partition that turns ready while a runner waits is handed to
 // that runner directly, without the ready queue. Runners exit when the
 // pool is closed and nothing is ready.
+//
+// This file holds the run path: the runners, the Task they run, and the
+// partitions they take, with their queues. pool.go holds the Pool, its
+// shards of partitions and the submit path.
 
 // A runner is one runner goroutine's mailbox while it waits for work.
 type runner struct {
@@ -217,4 +225,145 @@ func invoke(key string, f func(), onPanic func(string, any, []byte)) {
 		}
 	}()
 	f()
+}
+
+// partition is one partition of a [Pool]: a bounded FIFO of tasks, run one
+// at a time by whichever runner takes it from the ready queue. Every task
+// of a key goes to the same partition, so the FIFO and the one-at-a-time
+// rule are what order a key's tasks. Every field is guarded by the
+// partition's shard mutex.
+type partition struct {
+	index int
+
+	// queue holds the tasks accepted and not started, oldest first. Only
+	// the runner of the partition pops from it; Stop and DropQueued may
+	// remove from it.
+	queue ring
+
+	// waiters are the Submit calls blocked on a full queue, oldest first.
+	// Invariant: waiters is empty unless queue is full. Whoever frees a
+	// slot moves the oldest waiter's entry into it and settles the waiter
+	// (admitLocked), so blocked Submits enter the queue in the order they
+	// blocked, and one freed slot wakes one Submit.
+	waiters waitList
+
+	// running is set while a runner runs one of the partition's tasks;
+	// ready while the partition sits in the pool's ready queue. Invariant:
+	// a partition with a task queued is running or ready, never both, so
+	// its tasks run one at a time and none is forgotten.
+	running bool
+	ready   bool
+}
+
+// idle reports whether the partition holds nothing and no runner or ready
+// queue refers to it, so that it can leave its shard's map.
+func (q *partition) idle() bool {
+	return q.queue.len() == 0 && !q.running && !q.ready && q.waiters.head == nil
+}
+
+// admitLocked moves blocked Submits into free slots of the queue, oldest
+// first. The shard's mu must be held.
+func (q *partition) admitLocked() {
+	for !q.queue.full() {
+		w := q.waiters.pop()
+		if w == nil {
+			return
+		}
+		q.queue.push(w.entry)
+		close(w.ready) // w.err stays nil: admitted
+	}
+}
+
+// shutLocked closes q's blocked Submits with ErrClosed and, if drop is
+// true, takes every queued task out and appends it to out, oldest first,
+// for the caller to drop. The shard's mu must be held.
+func (q *partition) shutLocked(drop bool, out []entry) []entry {
+	for w := q.waiters.pop(); w != nil; w = q.waiters.pop() {
+		w.err = ErrClosed
+		close(w.ready)
+	}
+	if drop {
+		out = q.queue.remove(func(entry) bool { return true }, out)
+	}
+	return out
+}
+
+// ring is a partition's bounded FIFO of entries. Its buffer grows by
+// doubling as it fills, up to limit entries, so a partition that rarely
+// queues more than a few tasks costs a few entries, not its bound. It is
+// not safe for concurrent use: its partition's shard mutex guards it.
+type ring struct {
+	q     fifo.Queue[entry]
+	limit int // the most entries it holds: the queue size
+}
+
+// maxKeptRing is the largest buffer reset keeps for reuse; a larger one is
+// let go, so that a burst does not pin its peak memory.
+const maxKeptRing = 64
+
+func (r *ring) len() int     { return r.q.Len() }
+func (r *ring) full() bool   { return r.q.Len() >= r.limit }
+func (r *ring) push(e entry) { r.q.Push(e) } // the caller checks that r is not full
+func (r *ring) reset()       { r.q.Shrink(maxKeptRing) }
+func (r *ring) pop() entry   { e, _ := r.q.Pop(); return e } // the caller checks that r is not empty
+
+// remove takes out every entry for which match is true, keeping the others
+// in order, and appends the removed ones to out, oldest first.
+func (r *ring) remove(match func(entry) bool, out []entry) []entry {
+	return r.q.RemoveFunc(match, out)
+}
+
+// waiter is a Submit blocked on a full queue, holding the entry it wants
+// to queue.
+type waiter struct {
+	entry
+	// ready is closed, under the partition's mutex, when the waiter is
+	// settled: err is nil if its entry was moved into the queue, ErrClosed
+	// if the pool closed first. err is written before ready is closed, so
+	// reading it after receiving from ready is safe.
+	ready chan struct{}
+	err   error
+
+	prev, next *waiter // links in the waitList
+}
+
+// waitList is a FIFO of waiters that also removes from the middle, for a
+// Submit whose ctx ends. It is not safe for concurrent use: its partition's
+// mutex guards it.
+type waitList struct {
+	head, tail *waiter
+}
+
+func (l *waitList) push(w *waiter) {
+	w.prev, w.next = l.tail, nil
+	if l.tail == nil {
+		l.head = w
+	} else {
+		l.tail.next = w
+	}
+	l.tail = w
+}
+
+// pop removes and returns the oldest waiter, or nil if there is none.
+func (l *waitList) pop() *waiter {
+	w := l.head
+	if w != nil {
+		l.remove(w)
+	}
+	return w
+}
+
+// remove unlinks w, which must be in l.
+func (l *waitList) remove(w *waiter) {
+	if w.prev == nil {
+		l.head = w.next
+	} else {
+		w.prev.next = w.next
+	}
+	if w.next == nil {
+		l.tail = w.prev
+	} else {
+		w.next.prev = w.prev
+	}
+	w.prev, w.next = nil, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
@@ -81,7 +82,7 @@ func (r *Engine) Deliver(ctx context.Context, m *pubsub.Message) {
 		r.settle(j, Deduplicated)
 		return
 	}
-	if r.sub.Admits != nil && !r.sub.Admits(m) {
+	if !r.sub.Range.admits(m) {
 		r.settle(j, Skipped) // published after Replay started
 		return
 	}
@@ -408,4 +409,43 @@ func (r *Engine) Stopped() bool {
 	default:
 		return false
 	}
+}
+
+// A Range is the span of publish times a Replay reads, [From, Before),
+// and its rule for the end. Deliver acks a message published outside it
+// without calling the handler (Skipped). Replay has caught up once the
+// engine holds nothing in range that is not processed (Engine.Idle), and
+// for Quiet nothing in range has arrived or finished processing. Ending a
+// call counts, since its ack may be what lets the service send the key's
+// next messages.
+type Range struct {
+	From, Before time.Time     // set once
+	Quiet        time.Duration // set once
+	last         atomic.Int64  // UnixNano of the last activity in range
+}
+
+// admits reports whether Replay hands m to h: it was published in
+// [From, Before). A receiver that is not Replay's, whose Range is nil,
+// admits everything.
+func (rg *Range) admits(m *pubsub.Message) bool {
+	if rg == nil {
+		return true
+	}
+	if m.PublishTime.Before(rg.From) || !m.PublishTime.Before(rg.Before) {
+		return false
+	}
+	rg.Active(time.Now())
+	return true
+}
+
+// Active records activity at now.
+func (rg *Range) Active(now time.Time) { rg.last.Store(now.UnixNano()) }
+
+// Done reports whether Replay has caught up at now. idle is asked first,
+// so that a message that arrives while it is asked counts as activity.
+func (rg *Range) Done(now time.Time, idle func() bool) bool {
+	if !idle() {
+		return false
+	}
+	return now.Sub(time.Unix(0, rg.last.Load())) >= rg.Quiet
 }

@@ -40,6 +40,6 @@ type Facts struct {
 	Ordered, ExactlyOnce, Parks bool   // Parks: with WithParking
 	DeadLetterAttempts          int    // its dead-letter limit, 0 without a policy
 	Counts                      *Counters
-	// Admits reports whether a Replay reads m; nil admits every message.
-	Admits func(m *pubsub.Message) bool
+	// Range is the span a Replay reads; nil, off Replay, reads every message.
+	Range *Range
 }

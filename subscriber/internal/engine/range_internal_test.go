@@ -1,4 +1,4 @@
-package subscriber
+package engine
 
 import (
 	"testing"
@@ -30,12 +30,12 @@ func TestCaughtUpRule(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c := caughtUp{quiet: quiet}
-			c.active(t0)
+			c := &Range{Quiet: quiet}
+			c.Active(t0)
 			for _, a := range tc.activity {
-				c.active(t0.Add(a))
+				c.Active(t0.Add(a))
 			}
-			assert.Equal(t, tc.want, c.done(t0.Add(tc.at), tc.idle))
+			assert.Equal(t, tc.want, c.Done(t0.Add(tc.at), tc.idle))
 		})
 	}
 }
@@ -46,12 +46,12 @@ func TestCaughtUpRule(t *testing.T) {
 func TestCaughtUpAsksIdleFirst(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	c := caughtUp{quiet: time.Second}
-	c.active(t0)
+	c := &Range{Quiet: time.Second}
+	c.Active(t0)
 	now := t0.Add(time.Hour)
 	arriving := func() bool {
-		c.active(now) // a message arrives, and is queued, after idle looked
+		c.Active(now) // a message arrives, and is queued, after idle looked
 		return true
 	}
-	assert.False(t, c.done(now, arriving))
+	assert.False(t, c.Done(now, arriving))
 }
