@@ -150,3 +150,23 @@ func (c *config) checkLoops(client *pubsub.Client, topic string) error {
 	}
 	return nil
 }
+
+// checked returns the Option that applies set if ok, and otherwise
+// refuses with an error matching [ErrInvalidConfig], of format and args.
+func checked(ok bool, set func(c *config), format string, args ...any) Option {
+	return func(c *config) error {
+		if !ok {
+			return invalid(format, args...)
+		}
+		set(c)
+		return nil
+	}
+}
+
+// setting returns the Option that applies set, which refuses nothing.
+func setting(set func(c *config)) Option {
+	return func(c *config) error {
+		set(c)
+		return nil
+	}
+}

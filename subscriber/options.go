@@ -52,13 +52,7 @@ type Option func(*config) error
 // contention and memory. Order never depends on n: a key's messages run
 // one at a time whatever it is. n must be at least 1.
 func WithWorkers(n int) Option {
-	return func(c *config) error {
-		if n < 1 {
-			return invalid("WithWorkers(%d): need at least 1", n)
-		}
-		c.Workers = n
-		return nil
-	}
+	return checked(n >= 1, func(c *config) { c.Workers = n }, "WithWorkers(%d): need at least 1", n)
 }
 
 // followOutstanding is the default of WithWorkers: the official client's
@@ -77,13 +71,8 @@ func followOutstanding(n int) int {
 // the default, [DefaultPartitions], few do. Fewer partitions only make
 // sense to bound concurrency per group of keys. n is 1 to 65,536.
 func WithPartitions(n int) Option {
-	return func(c *config) error {
-		if n < 1 || n > DefaultPartitions {
-			return invalid("WithPartitions(%d): need 1 to %d", n, DefaultPartitions)
-		}
-		c.Partitions = n
-		return nil
-	}
+	return checked(n >= 1 && n <= DefaultPartitions, func(c *config) { c.Partitions = n },
+		"WithPartitions(%d): need 1 to %d", n, DefaultPartitions)
 }
 
 // WithKeyBacklog sets how many deliveries of one key may wait for their
@@ -97,13 +86,7 @@ func WithPartitions(n int) Option {
 // about every 100 ms while the key has no room. The default is
 // [DefaultKeyBacklog]; n must be at least 1.
 func WithKeyBacklog(n int) Option {
-	return func(c *config) error {
-		if n < 1 {
-			return invalid("WithKeyBacklog(%d): need at least 1", n)
-		}
-		c.KeyBacklog = n
-		return nil
-	}
+	return checked(n >= 1, func(c *config) { c.KeyBacklog = n }, "WithKeyBacklog(%d): need at least 1", n)
 }
 
 // WithMaxAttempts sets how many failed handler calls of a message, counted
@@ -113,13 +96,7 @@ func WithKeyBacklog(n int) Option {
 // errors do not count. 1 means no retry. The default is
 // [DefaultMaxAttempts]; n must be at least 1.
 func WithMaxAttempts(n int) Option {
-	return func(c *config) error {
-		if n < 1 {
-			return invalid("WithMaxAttempts(%d): need at least 1", n)
-		}
-		c.MaxAttempts = n
-		return nil
-	}
+	return checked(n >= 1, func(c *config) { c.MaxAttempts = n }, "WithMaxAttempts(%d): need at least 1", n)
 }
 
 // WithBackoff sets keyorder's own, in-process retry, not the service's
@@ -132,13 +109,8 @@ func WithMaxAttempts(n int) Option {
 // subscription created or opened. The defaults are [DefaultMinBackoff]
 // and [DefaultMaxBackoff]; 0 < min <= max.
 func WithBackoff(min, max time.Duration) Option {
-	return func(c *config) error {
-		if min <= 0 || max < min {
-			return invalid("WithBackoff(%v, %v): need 0 < min <= max", min, max)
-		}
-		c.MinBackoff, c.MaxBackoff = min, max
-		return nil
-	}
+	return checked(min > 0 && max >= min, func(c *config) { c.MinBackoff, c.MaxBackoff = min, max },
+		"WithBackoff(%v, %v): need 0 < min <= max", min, max)
 }
 
 // WithDrainTimeout bounds how long Receive lets running handlers finish
@@ -147,13 +119,7 @@ func WithBackoff(min, max time.Duration) Option {
 // [ShutdownBound], whatever the server does. The default is
 // [DefaultDrainTimeout]; d must not be negative.
 func WithDrainTimeout(d time.Duration) Option {
-	return func(c *config) error {
-		if d < 0 {
-			return invalid("WithDrainTimeout(%v): negative", d)
-		}
-		c.DrainTimeout = d
-		return nil
-	}
+	return checked(d >= 0, func(c *config) { c.DrainTimeout = d }, "WithDrainTimeout(%v): negative", d)
 }
 
 // WithDedupWindow sets how many processed message IDs Receive remembers,
@@ -168,13 +134,7 @@ func WithDrainTimeout(d time.Duration) Option {
 // A message replayed on purpose by seeking the subscription back is also
 // skipped while its ID is in the window.
 func WithDedupWindow(n int) Option {
-	return func(c *config) error {
-		if n < 0 {
-			return invalid("WithDedupWindow(%d): negative", n)
-		}
-		c.DedupWindow = n
-		return nil
-	}
+	return checked(n >= 0, func(c *config) { c.DedupWindow = n }, "WithDedupWindow(%d): negative", n)
 }
 
 // WithRedeliveryWait bounds how long a key stays held after a failed
@@ -192,13 +152,8 @@ func WithDedupWindow(n int) Option {
 // what came back, in order (KeyReleased, [ReasonLapsed]). The default is
 // [DefaultRedeliveryWait]; d must be positive.
 func WithRedeliveryWait(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return invalid("WithRedeliveryWait(%v): need a positive wait", d)
-		}
-		c.RedeliveryWait = d
-		return nil
-	}
+	return checked(d > 0, func(c *config) { c.RedeliveryWait = d },
+		"WithRedeliveryWait(%v): need a positive wait", d)
 }
 
 // WithReceiveSettings sets the official client's receive settings: flow
@@ -206,13 +161,8 @@ func WithRedeliveryWait(d time.Duration) Option {
 // pubsub.DefaultReceiveSettings. ShutdownOptions must be nil: keyorder
 // drains by its own rules (see [WithDrainTimeout]).
 func WithReceiveSettings(s pubsub.ReceiveSettings) Option {
-	return func(c *config) error {
-		if s.ShutdownOptions != nil {
-			return invalid("WithReceiveSettings: ShutdownOptions must be nil; use WithDrainTimeout")
-		}
-		c.Receive = s
-		return nil
-	}
+	return checked(s.ShutdownOptions == nil, func(c *config) { c.Receive = s },
+		"WithReceiveSettings: ShutdownOptions must be nil; use WithDrainTimeout")
 }
 
 // WithErrorHandler sets a function called with every failed handler call,
@@ -221,10 +171,7 @@ func WithReceiveSettings(s pubsub.ReceiveSettings) Option {
 // block. A panic in it is recovered and logged, and the message is
 // settled all the same (S11). The default does nothing.
 func WithErrorHandler(f func(d *Delivery, err error)) Option {
-	return func(c *config) error {
-		c.OnError = f
-		return nil
-	}
+	return setting(func(c *config) { c.OnError = f })
 }
 
 // WithKeyEvents sets a function told when a key is held and when its hold
@@ -236,10 +183,7 @@ func WithErrorHandler(f func(d *Delivery, err error)) Option {
 // lists the keys held at any time, and [Subscription.Parked] the parked
 // ones.
 func WithKeyEvents(f func(KeyEvent)) Option {
-	return func(c *config) error {
-		c.OnKeyEvent = f
-		return nil
-	}
+	return setting(func(c *config) { c.OnKeyEvent = f })
 }
 
 // DefaultSequenceWindow is the default of [WithSequenceWindow].
@@ -258,13 +202,7 @@ const DefaultSequenceWindow = 10_000
 // [DefaultSequenceWindow]; 0 turns the checks off. [WithDedupWindow](0)
 // turns off the skipping of copies, and leaves the gap reports.
 func WithSequenceWindow(n int) Option {
-	return func(c *config) error {
-		if n < 0 {
-			return invalid("WithSequenceWindow(%d): negative", n)
-		}
-		c.SeqWindow = n
-		return nil
-	}
+	return checked(n >= 0, func(c *config) { c.SeqWindow = n }, "WithSequenceWindow(%d): negative", n)
 }
 
 // WithUnorderedRedelivery tells Receive that the server may deliver a
@@ -284,10 +222,7 @@ func WithSequenceWindow(n int) Option {
 // them waits for a retry; on the service, a lower number that arrives
 // later is a copy, and keeps its place.
 func WithUnorderedRedelivery() Option {
-	return func(c *config) error {
-		c.AnyOrder = true
-		return nil
-	}
+	return setting(func(c *config) { c.AnyOrder = true })
 }
 
 // WithGapHandler sets a function told of every gap Receive finds in a
@@ -309,10 +244,7 @@ func WithUnorderedRedelivery() Option {
 // key and producer. With several clients, the authority on what is
 // missing is a store they share (package inbox), not these counts.
 func WithGapHandler(f func(engine.Gap)) Option {
-	return func(c *config) error {
-		c.OnGap = f
-		return nil
-	}
+	return setting(func(c *config) { c.OnGap = f })
 }
 
 // DefaultQuietPeriod is the default of [WithQuietPeriod].
@@ -329,13 +261,7 @@ const DefaultQuietPeriod = 10 * time.Second
 // Receive ignores it. The default is [DefaultQuietPeriod]; d must be
 // positive.
 func WithQuietPeriod(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return invalid("WithQuietPeriod(%v): need a positive period", d)
-		}
-		c.quiet = d
-		return nil
-	}
+	return checked(d > 0, func(c *config) { c.quiet = d }, "WithQuietPeriod(%v): need a positive period", d)
 }
 
 // WithMeterProvider sets where Receive reports its metrics (see the
@@ -344,13 +270,8 @@ func WithQuietPeriod(d time.Duration) Option {
 // application installs one with otel.SetMeterProvider; it is looked up
 // when Receive starts. mp must not be nil.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(c *config) error {
-		if mp == nil {
-			return invalid("WithMeterProvider(nil): leave the option out for the global provider")
-		}
-		c.MeterProvider = mp
-		return nil
-	}
+	return checked(mp != nil, func(c *config) { c.MeterProvider = mp },
+		"WithMeterProvider(nil): leave the option out for the global provider")
 }
 
 // WithLogger sets the logger of Receive (see the package documentation,
@@ -363,13 +284,8 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // are seen without setup. l must not be nil; slog.New(slog.DiscardHandler)
 // logs nothing.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return invalid("WithLogger(nil): use slog.New(slog.DiscardHandler) to log nothing")
-		}
-		c.Logger = l
-		return nil
-	}
+	return checked(l != nil, func(c *config) { c.Logger = l },
+		"WithLogger(nil): use slog.New(slog.DiscardHandler) to log nothing")
 }
 
 // WithDeadLetterPolicy asks the service to forward a message to the topic
@@ -409,13 +325,9 @@ func WithDeadLetterPolicy(topicID string, maxDeliveryAttempts int) Option {
 // once, and the pushes of a failed message. By default the subscription
 // has none. 0 <= min <= max <= 600 s, as the service requires.
 func WithRetryPolicy(min, max time.Duration) Option {
-	return func(c *config) error {
-		if min < 0 || max < min || max > maxRetryBackoff {
-			return invalid("WithRetryPolicy(%v, %v): need 0 <= min <= max <= %v", min, max, maxRetryBackoff)
-		}
-		c.policies.retry, c.policies.minBackoff, c.policies.maxBackoff = true, min, max
-		return nil
-	}
+	return checked(min >= 0 && max >= min && max <= maxRetryBackoff,
+		func(c *config) { c.policies.retry, c.policies.minBackoff, c.policies.maxBackoff = true, min, max },
+		"WithRetryPolicy(%v, %v): need 0 <= min <= max <= %v", min, max, maxRetryBackoff)
 }
 
 // WithTopicRetention makes [CreateWithTopic] create a missing topic with
@@ -428,13 +340,8 @@ func WithRetryPolicy(min, max time.Duration) Option {
 // [ErrNoRetention]. d is 10 minutes to 31 days, as the service requires.
 // Retention is billed by the service as storage.
 func WithTopicRetention(d time.Duration) Option {
-	return func(c *config) error {
-		if d < minTopicRetention || d > maxTopicRetention {
-			return invalid("WithTopicRetention(%v): need %v to %v", d, minTopicRetention, maxTopicRetention)
-		}
-		c.topicRetention = d
-		return nil
-	}
+	return checked(d >= minTopicRetention && d <= maxTopicRetention, func(c *config) { c.topicRetention = d },
+		"WithTopicRetention(%v): need %v to %v", d, minTopicRetention, maxTopicRetention)
 }
 
 // The bounds the service puts on a topic's message retention.
@@ -450,10 +357,7 @@ const (
 // and CreateWithTopic and [Open] log at Warn when it lacks what the option
 // asks. The default is off.
 func WithExactlyOnceDelivery() Option {
-	return func(c *config) error {
-		c.exactlyOnce = true
-		return nil
-	}
+	return setting(func(c *config) { c.exactlyOnce = true })
 }
 
 // WithStampKey makes the subscriber verify every stamp against keys, any

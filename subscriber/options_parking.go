@@ -67,11 +67,6 @@ const maxParkingWait = 5 * time.Second
 // WithParkingWait without [WithParking], are refused. The default is
 // [DefaultParkingWait]; d is more than 0 and at most 5 s.
 func WithParkingWait(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 || d > maxParkingWait {
-			return invalid("WithParkingWait(%v): need more than 0 and at most %v", d, maxParkingWait)
-		}
-		c.parkingWait, c.parkingWaitSet = d, true
-		return nil
-	}
+	return checked(d > 0 && d <= maxParkingWait, func(c *config) { c.parkingWait, c.parkingWaitSet = d, true },
+		"WithParkingWait(%v): need more than 0 and at most %v", d, maxParkingWait)
 }

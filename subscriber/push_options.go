@@ -59,13 +59,9 @@ func WithPush(endpoint string) Option {
 // is one): a token binds neither the body nor the subscription, so two
 // subscriptions of one account and audience take each other's tokens.
 func WithPushAuth(serviceAccountEmail, audience string) Option {
-	return func(c *config) error {
-		if serviceAccountEmail == "" {
-			return invalid("WithPushAuth: empty service account email")
-		}
-		c.push.email, c.push.audience = serviceAccountEmail, audience
-		return nil
-	}
+	return checked(serviceAccountEmail != "",
+		func(c *config) { c.push.email, c.push.audience = serviceAccountEmail, audience },
+		"WithPushAuth: empty service account email")
 }
 
 // WithStrictPushAuth makes [CreateWithTopic] and [Open] refuse, with
@@ -76,10 +72,7 @@ func WithPushAuth(serviceAccountEmail, audience string) Option {
 // then stops the program instead of widening whom it trusts. It needs
 // WithPushAuth. By default a difference is logged as a warning.
 func WithStrictPushAuth() Option {
-	return func(c *config) error {
-		c.push.strictAuth = true
-		return nil
-	}
+	return setting(func(c *config) { c.push.strictAuth = true })
 }
 
 // WithUnauthenticatedPush accepts a push subscription whose requests carry
@@ -88,10 +81,7 @@ func WithStrictPushAuth() Option {
 // authenticates, and for tests. The Subscription logs a warning once, when
 // it is made. By default such a subscription is refused.
 func WithUnauthenticatedPush() Option {
-	return func(c *config) error {
-		c.push.unauthenticated = true
-		return nil
-	}
+	return setting(func(c *config) { c.push.unauthenticated = true })
 }
 
 // WithTokenValidator sets the validator [Subscription.PushHandler] checks
@@ -100,13 +90,7 @@ func WithUnauthenticatedPush() Option {
 // which trusts the fake's own key: the handler's checks are the same.
 // v must not be nil.
 func WithTokenValidator(v *idtoken.Validator) Option {
-	return func(c *config) error {
-		if v == nil {
-			return invalid("WithTokenValidator(nil)")
-		}
-		c.push.validator = v
-		return nil
-	}
+	return checked(v != nil, func(c *config) { c.push.validator = v }, "WithTokenValidator(nil)")
 }
 
 // pushOptions are the push settings the options ask for.

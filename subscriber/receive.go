@@ -3,8 +3,6 @@ package subscriber
 import (
 	"context"
 
-	"cloud.google.com/go/pubsub/v2"
-
 	"github.com/keyorder/keyorder/subscriber/internal/engine"
 	"github.com/keyorder/keyorder/subscriber/internal/parking"
 )
@@ -76,35 +74,11 @@ func (s *Subscription) Receive(ctx context.Context, h Handler) error {
 	s.current.Store(r)
 	defer s.current.Store(nil)
 
-	official := s.client.Subscriber(s.name)
-	official.ReceiveSettings = s.cfg.Receive
-	official.ReceiveSettings.ShutdownOptions = &pubsub.ShutdownOptions{
-		Behavior: pubsub.ShutdownBehaviorNackImmediately, Timeout: engine.NackTimeout,
-	}
-	// The official Receive outlives ctx until the shutdown has drained
-	// (see shutdown).
-	pullCtx, stopPulling := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopPulling()
-	pulled := make(chan error, 1)
-	go func() { pulled <- official.Receive(pullCtx, r.Deliver) }()
-
-	var pullErr error
-	select {
-	case <-ctx.Done():
-	case pullErr = <-pulled:
-		pulled = nil
-	}
-	r.Shutdown()
-	if pulled != nil {
-		r.FlushAcks()
-		stopPulling()
-		pullErr = r.AwaitPull(pulled)
-	}
-	r.NackLeftovers()
+	var stop func(error) error // parking's, once the official Receive has returned
 	if p != nil {
-		pullErr = p.Stop(pullErr)
+		stop = p.Stop
 	}
-	return r.Finish(pullErr)
+	return r.Pull(ctx, s.client.Subscriber(s.name), stop)
 }
 
 // newReceiver makes the engine of a Receive, or of a push endpoint, of s,
@@ -112,7 +86,7 @@ func (s *Subscription) Receive(ctx context.Context, h Handler) error {
 func (s *Subscription) newReceiver(ctx context.Context, h Handler) (*engine.Engine, error) {
 	sub := engine.Facts{
 		Name: s.name, Ordered: s.ordered, ExactlyOnce: s.exactlyOnce, Parks: s.parking != nil,
-		DeadLetterAttempts: s.deadLetterAttempts, Counts: &s.counts,
+		DeadLetterAttempts: s.policies.maxDeliveryAttempts, Counts: &s.counts,
 	}
 	if s.replay != nil {
 		sub.Range = s.replay.span

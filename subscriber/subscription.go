@@ -32,11 +32,8 @@ type Subscription struct {
 	ordered bool
 	// exactlyOnce is the subscription's exactly-once delivery setting.
 	exactlyOnce bool
-	// deadLetterAttempts is the subscription's dead-letter limit, 0 when
-	// it has no dead-letter policy.
-	deadLetterAttempts int
-	cfg                config
-	receiving          atomic.Bool // a Receive is running
+	cfg         config
+	receiving   atomic.Bool // a Receive is running
 	// current is the running Receive's state, for Stats and HeldKeys;
 	// nil when none runs. Set and cleared by Receive.
 	current atomic.Pointer[engine.Engine]
@@ -180,12 +177,6 @@ func newSubscription(ctx context.Context, client *pubsub.Client, sub *pubsubpb.S
 		}
 		if err := chooseParking(ctx, client, sub, s.parking); err != nil {
 			return nil, err
-		}
-	}
-	if dl := sub.DeadLetterPolicy; dl != nil && dl.DeadLetterTopic != "" {
-		s.deadLetterAttempts = int(dl.MaxDeliveryAttempts)
-		if s.deadLetterAttempts == 0 {
-			s.deadLetterAttempts = 5 // the service's default
 		}
 	}
 	return s, nil

@@ -98,6 +98,43 @@ func (r *Engine) Finish(pullErr error) error {
 	return pullErr
 }
 
+// Pull runs the official client's Receive, official, with Deliver as its
+// callback, until ctx ends or receiving fails for good, then shuts down in
+// the order shutdown.go gives, and returns the official client's error,
+// nil if ctx ended first. stop, if set, is called once the official
+// Receive has returned, with that error, and returns the error Pull
+// returns: parking's stop.
+func (r *Engine) Pull(ctx context.Context, official *pubsub.Subscriber, stop func(pullErr error) error) error {
+	official.ReceiveSettings = r.Cfg.Receive
+	official.ReceiveSettings.ShutdownOptions = &pubsub.ShutdownOptions{
+		Behavior: pubsub.ShutdownBehaviorNackImmediately, Timeout: NackTimeout,
+	}
+	// The official Receive outlives ctx until the shutdown has drained
+	// (shutdown.go).
+	pullCtx, stopPulling := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopPulling()
+	pulled := make(chan error, 1)
+	go func() { pulled <- official.Receive(pullCtx, r.Deliver) }()
+
+	var pullErr error
+	select {
+	case <-ctx.Done():
+	case pullErr = <-pulled:
+		pulled = nil
+	}
+	r.Shutdown()
+	if pulled != nil {
+		r.FlushAcks()
+		stopPulling()
+		pullErr = r.AwaitPull(pulled)
+	}
+	r.NackLeftovers()
+	if stop != nil {
+		pullErr = stop(pullErr)
+	}
+	return r.Finish(pullErr)
+}
+
 // maxPoolQueue is the largest queue the worker pool allows.
 const maxPoolQueue = 1 << 20
 
