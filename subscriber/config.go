@@ -2,7 +2,6 @@ package subscriber
 
 import (
 	"fmt"
-	"log/slog"
 	"strings"
 	"time"
 
@@ -121,16 +120,6 @@ func (c *config) checkParking() error {
 		return invalid("WithDrainTimeout(%v) with a parking wait of %v: a shutdown would cut a park's wait short; make the drain timeout at least the parking wait (WithDrainTimeout, WithParkingWait)", c.DrainTimeout, c.parkingWait)
 	}
 	return nil
-}
-
-// log returns the logger WithLogger set, or slog.Default() as it is now,
-// for what is logged outside Receive's recorder: when a Subscription is
-// made, and by parking.
-func (c *config) log() *slog.Logger {
-	if c.Logger != nil {
-		return c.Logger
-	}
-	return slog.Default()
 }
 
 // invalid returns an error matching [ErrInvalidConfig].

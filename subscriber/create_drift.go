@@ -39,7 +39,7 @@ func warnExactlyOnce(log *slog.Logger, sub *pubsubpb.Subscription, asked bool) {
 // given; if it cannot be read (a client allowed only to subscribe, a
 // deleted topic), its retention is not compared, and Open goes on.
 func warnOpenDrift(ctx context.Context, client *pubsub.Client, sub *pubsubpb.Subscription, cfg config) {
-	log := cfg.log()
+	log := cfg.Log()
 	warnExactlyOnce(log, sub, cfg.exactlyOnce)
 	if cfg.topicRetention <= 0 {
 		return

@@ -1,7 +1,6 @@
 package subscriber
 
 import (
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -302,16 +301,14 @@ func WithLogger(l *slog.Logger) Option {
 // difference at Warn. By default the subscription has none.
 // maxDeliveryAttempts is 5 to 100, as the service requires.
 func WithDeadLetterPolicy(topicID string, maxDeliveryAttempts int) Option {
-	return func(c *config) error {
-		switch err := resource.Topic(topicID); {
-		case err != nil:
-			return invalid("WithDeadLetterPolicy: %v", err)
-		case maxDeliveryAttempts < minDeadLetterAttempts || maxDeliveryAttempts > maxDeadLetterAttempts:
-			return invalid("WithDeadLetterPolicy(%q, %d): need %d to %d delivery attempts", topicID, maxDeliveryAttempts, minDeadLetterAttempts, maxDeadLetterAttempts)
-		}
-		c.policies.deadLetterTopic, c.policies.maxDeliveryAttempts = topicID, maxDeliveryAttempts
-		return nil
+	if err := resource.Topic(topicID); err != nil {
+		return checked(false, nil, "WithDeadLetterPolicy: %v", err)
 	}
+	return checked(maxDeliveryAttempts >= minDeadLetterAttempts && maxDeliveryAttempts <= maxDeadLetterAttempts,
+		func(c *config) {
+			c.policies.deadLetterTopic, c.policies.maxDeliveryAttempts = topicID, maxDeliveryAttempts
+		},
+		"WithDeadLetterPolicy(%q, %d): need %d to %d delivery attempts", topicID, maxDeliveryAttempts, minDeadLetterAttempts, maxDeadLetterAttempts)
 }
 
 // WithRetryPolicy sets the service's redelivery, not keyorder's own
@@ -373,12 +370,6 @@ func WithExactlyOnceDelivery() Option {
 // an unsigned stamp of an honest producer is then not a stamp either, and
 // its copies are no longer found by their numbers.
 func WithStampKey(keys ...[]byte) Option {
-	return func(c *config) error {
-		k, err := ordering.NewStampKeys(keys...)
-		if err != nil {
-			return fmt.Errorf("%w: WithStampKey: %w", ErrInvalidConfig, err)
-		}
-		c.StampKeys = k
-		return nil
-	}
+	k, err := ordering.NewStampKeys(keys...)
+	return checked(err == nil, func(c *config) { c.StampKeys = k }, "WithStampKey: %w", err)
 }

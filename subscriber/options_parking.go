@@ -31,13 +31,8 @@ import (
 // default is no parking: a key is held until its failed message comes back
 // (S5).
 func WithParking(topicID string) Option {
-	return func(c *config) error {
-		if err := resource.Topic(topicID); err != nil {
-			return invalid("WithParking: %v", err)
-		}
-		c.parking = topicID
-		return nil
-	}
+	err := resource.Topic(topicID)
+	return checked(err == nil, func(c *config) { c.parking = topicID }, "WithParking: %v", err)
 }
 
 // DefaultParkingWait is the default of [WithParkingWait].

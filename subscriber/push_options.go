@@ -35,14 +35,9 @@ import (
 // default is a pull subscription. DESIGN.md's "Security model" says what
 // a push token proves.
 func WithPush(endpoint string) Option {
-	return func(c *config) error {
-		u, err := url.Parse(endpoint)
-		if err != nil || !u.IsAbs() || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			return invalid("WithPush(%q): need an absolute https URL", endpoint)
-		}
-		c.push.endpoint = endpoint
-		return nil
-	}
+	u, err := url.Parse(endpoint)
+	return checked(err == nil && u.IsAbs() && (u.Scheme == "https" || u.Scheme == "http") && u.Host != "",
+		func(c *config) { c.push.endpoint = endpoint }, "WithPush(%q): need an absolute https URL", endpoint)
 }
 
 // WithPushAuth makes the push subscription [CreateWithTopic] creates

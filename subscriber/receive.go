@@ -86,10 +86,7 @@ func (s *Subscription) Receive(ctx context.Context, h Handler) error {
 func (s *Subscription) newReceiver(ctx context.Context, h Handler) (*engine.Engine, error) {
 	sub := engine.Facts{
 		Name: s.name, Ordered: s.ordered, ExactlyOnce: s.exactlyOnce, Parks: s.parking != nil,
-		DeadLetterAttempts: s.policies.maxDeliveryAttempts, Counts: &s.counts,
-	}
-	if s.replay != nil {
-		sub.Range = s.replay.span
+		DeadLetterAttempts: s.policies.maxDeliveryAttempts, Counts: &s.counts, Range: s.span,
 	}
 	return engine.New(ctx, &s.cfg.Config, sub, h)
 }

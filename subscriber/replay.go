@@ -176,8 +176,8 @@ func seekAndRun(ctx context.Context, s *Subscription, seekTo, from, start time.T
 	if err != nil {
 		return fmt.Errorf("keyorder/subscriber: seek replay subscription %s to %v: %w", s.name, seekTo, err)
 	}
-	rp := &replay{h: h, span: &engine.Range{From: from, Before: start, Quiet: s.cfg.quiet}, failed: make(chan struct{})}
-	s.replay = rp
+	rp := &replay{h: h, span: engine.NewRange(from, start, s.cfg.quiet), failed: make(chan struct{})}
+	s.span = rp.span
 	return rp.run(ctx, s)
 }
 

@@ -42,9 +42,9 @@ type Subscription struct {
 	// has no parking. Set with current, by Receive or the push endpoint.
 	parkNow atomic.Pointer[parking.Parking]
 	counts  engine.Counters // cumulative over every Receive
-	// replay is set, before its Receive starts, on the subscription of a
-	// Replay; nil otherwise.
-	replay *replay
+	// span is set, before its Receive starts, on the subscription of a
+	// Replay: the range it reads; nil otherwise.
+	span *engine.Range
 
 	// policies are the service's policies of the subscription, set when
 	// made (policies.go).
@@ -85,7 +85,7 @@ func CreateWithTopic(ctx context.Context, client *pubsub.Client, topicID, subID 
 	if err := cfg.checkLoops(client, topic); err != nil {
 		return nil, err
 	}
-	if err := ensureTopic(ctx, client, topic, cfg.topicRetention, cfg.log()); err != nil {
+	if err := ensureTopic(ctx, client, topic, cfg.topicRetention, cfg.Log()); err != nil {
 		return nil, err
 	}
 	sub, err := client.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: name})
@@ -112,7 +112,7 @@ func CreateWithTopic(ctx context.Context, client *pubsub.Client, topicID, subID 
 	if sub.Topic != topic {
 		return nil, fmt.Errorf("%w: %s is attached to %s, not %s", ErrTopicMismatch, name, sub.Topic, topic)
 	}
-	warnExactlyOnce(cfg.log(), sub, cfg.exactlyOnce) // create_drift.go
+	warnExactlyOnce(cfg.Log(), sub, cfg.exactlyOnce) // create_drift.go
 	return newSubscription(ctx, client, sub, cfg)
 }
 
@@ -159,12 +159,12 @@ func newSubscription(ctx context.Context, client *pubsub.Client, sub *pubsubpb.S
 		cfg:         cfg,
 	}
 	s.policies = policiesOf(sub)
-	warnPolicies(cfg.log(), client, s.name, s.topic, cfg.policies, s.policies)
+	warnPolicies(cfg.Log(), client, s.name, s.topic, cfg.policies, s.policies)
 	s.push = pushSettingsOf(sub)
 	if err := cfg.checkPull(s.name, s.push); err != nil {
 		return nil, err
 	}
-	if err := cfg.push.check(cfg.log(), s.name, s.push); err != nil {
+	if err := cfg.push.check(cfg.Log(), s.name, s.push); err != nil {
 		return nil, err
 	}
 	if err := checkParkingLabel(sub, parkingTopic(client, cfg.parking)); err != nil {

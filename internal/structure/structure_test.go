@@ -25,9 +25,9 @@ const maxFileLines = 500
 // maxMethodFiles is the bound on the files a type's methods live in.
 const maxMethodFiles = 2
 
-// facadeLines bounds the facade package's non-test lines, today's figure:
-// it only shrinks, towards the target of 3,000.
-const facadeLines = 3198
+// facadeLines bounds the facade package's non-test lines, today's figure,
+// within the target of 3,000: it only shrinks.
+const facadeLines = 2997
 
 // spread are the types whose methods live in more than maxMethodFiles
 // files today, and in how many: the figures only shrink.

@@ -411,27 +411,33 @@ func (r *Engine) Stopped() bool {
 	}
 }
 
-// A Range is the span of publish times a Replay reads, [From, Before),
+// A Range is the span of publish times a Replay reads, [from, before),
 // and its rule for the end. Deliver acks a message published outside it
 // without calling the handler (Skipped). Replay has caught up once the
 // engine holds nothing in range that is not processed (Engine.Idle), and
-// for Quiet nothing in range has arrived or finished processing. Ending a
+// for quiet nothing in range has arrived or finished processing. Ending a
 // call counts, since its ack may be what lets the service send the key's
 // next messages.
 type Range struct {
-	From, Before time.Time     // set once
-	Quiet        time.Duration // set once
+	from, before time.Time     // set once
+	quiet        time.Duration // set once
 	last         atomic.Int64  // UnixNano of the last activity in range
 }
 
+// NewRange returns the Range of a Replay that reads [from, before), and
+// has caught up once quiet has passed without activity.
+func NewRange(from, before time.Time, quiet time.Duration) *Range {
+	return &Range{from: from, before: before, quiet: quiet}
+}
+
 // admits reports whether Replay hands m to h: it was published in
-// [From, Before). A receiver that is not Replay's, whose Range is nil,
+// [from, before). A receiver that is not Replay's, whose Range is nil,
 // admits everything.
 func (rg *Range) admits(m *pubsub.Message) bool {
 	if rg == nil {
 		return true
 	}
-	if m.PublishTime.Before(rg.From) || !m.PublishTime.Before(rg.Before) {
+	if m.PublishTime.Before(rg.from) || !m.PublishTime.Before(rg.before) {
 		return false
 	}
 	rg.Active(time.Now())
@@ -447,5 +453,5 @@ func (rg *Range) Done(now time.Time, idle func() bool) bool {
 	if !idle() {
 		return false
 	}
-	return now.Sub(time.Unix(0, rg.last.Load())) >= rg.Quiet
+	return now.Sub(time.Unix(0, rg.last.Load())) >= rg.quiet
 }

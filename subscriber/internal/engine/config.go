@@ -43,3 +43,13 @@ type Facts struct {
 	// Range is the span a Replay reads; nil, off Replay, reads every message.
 	Range *Range
 }
+
+// Log returns the logger WithLogger set, or slog.Default() as it is now,
+// for what is logged outside Receive's recorder: when a Subscription is
+// made, and by parking.
+func (c *Config) Log() *slog.Logger {
+	if c.Logger != nil {
+		return c.Logger
+	}
+	return slog.Default()
+}

@@ -30,7 +30,7 @@ func TestCaughtUpRule(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c := &Range{Quiet: quiet}
+			c := NewRange(time.Time{}, time.Time{}, quiet)
 			c.Active(t0)
 			for _, a := range tc.activity {
 				c.Active(t0.Add(a))
@@ -46,7 +46,7 @@ func TestCaughtUpRule(t *testing.T) {
 func TestCaughtUpAsksIdleFirst(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	c := &Range{Quiet: time.Second}
+	c := NewRange(time.Time{}, time.Time{}, time.Second)
 	c.Active(t0)
 	now := t0.Add(time.Hour)
 	arriving := func() bool {
