@@ -18,6 +18,27 @@ import (
 // is nacked. Each later delivery of a message that failed for good gets
 // one call, after the backoff its failures have reached.
 
+// trouble is a lane's failing message: the one no later message of the key
+// may overtake (S5). It lasts from the message's first failure to its
+// success, or until the service gives up on it.
+type trouble struct {
+	id      string
+	since   time.Time
+	attempt int   // handler calls so far
+	err     error // the last one's
+	retryAt time.Time
+	// held is set while the message is away: the failure policy nacked
+	// it, and the key waits for the service to bring it back, until
+	// lapse fires.
+	held  bool
+	lapse *time.Timer
+	// reported is set once KeyHeld has been emitted, so that KeyReleased
+	// is due when the trouble ends.
+	reported bool
+	// way is the way back of what the hold sent back, while held.
+	way *comeback
+}
+
 // retryLater puts j, whose call failed, back at the head of the lane for
 // its next call after d, the key waiting without a worker (S5), behind
 // any earlier message of its producer that arrived while it ran (place),
@@ -338,27 +359,6 @@ func (l *Lane) land(jobs []*Job, parked bool, err error) {
 	if err != nil && !errors.Is(err, context.Canceled) {
 		r.Obs.Log.Warn("keyorder/subscriber: could not park messages; will try again", "key", l.Key, "error", err)
 	}
-}
-
-// trouble is a lane's failing message: the one no later message of the key
-// may overtake (S5). It lasts from the message's first failure to its
-// success, or until the service gives up on it.
-type trouble struct {
-	id      string
-	since   time.Time
-	attempt int   // handler calls so far
-	err     error // the last one's
-	retryAt time.Time
-	// held is set while the message is away: the failure policy nacked
-	// it, and the key waits for the service to bring it back, until
-	// lapse fires.
-	held  bool
-	lapse *time.Timer
-	// reported is set once KeyHeld has been emitted, so that KeyReleased
-	// is due when the trouble ends.
-	reported bool
-	// way is the way back of what the hold sent back, while held.
-	way *comeback
 }
 
 // heldKey describes the lane's trouble. The shard's mutex must be held.
