@@ -83,7 +83,8 @@ var pullWay = []string{
 	"workers.Pool.after",
 }
 
-// pushWay is a push request's way, from the HTTP handler to its answer.
+// pushWay is a push request's way, from the HTTP handler to its answer,
+// with push authentication.
 var pushWay = []string{
 	// The request's goroutine.
 	"subscriber/internal/push.Endpoint.ServeHTTP",
@@ -95,16 +96,18 @@ var pushWay = []string{
 	"subscriber/internal/push.Endpoint.run",
 	"subscriber/internal/push.Endpoint.enter",
 	"subscriber/internal/push.keyGate.enter",
-	"subscriber/internal/engine.Engine.ArrivePush",
+	"subscriber/internal/push.Endpoint.push",
+	"subscriber/internal/engine.PushDoor.Arrive",
 	"subscriber/internal/engine.Engine.arrived",
 	"subscriber/internal/engine.newJob",
 	"subscriber/internal/engine.IsRedriven",
 	"subscriber/internal/engine.deliveryOf",
 	"subscriber/internal/engine.takeStamp",
 	"subscriber/internal/engine.Job.deliveryAttempt",
-	"subscriber/internal/push.Endpoint.callWaiting",
-	"subscriber/internal/engine.Engine.CallInLane",
-	"subscriber/internal/engine.lanes.pushing",
+	"subscriber/internal/engine.PushDoor.Call",
+	"subscriber/internal/engine.PushDoor.callWaiting",
+	"subscriber/internal/engine.PushDoor.callInLane",
+	"subscriber/internal/engine.PushDoor.running",
 	"subscriber/internal/engine.lanes.with",
 	"subscriber/internal/engine.laneShard.keyLane",
 	"subscriber/internal/engine.Lane.holdsNothing",
@@ -128,8 +131,7 @@ var pushWay = []string{
 	"subscriber/internal/engine.Lane.note",
 	"subscriber/internal/engine.Lane.release",
 	"subscriber/internal/engine.Engine.apply",
-	// The request's goroutine again, which answers.
-	"subscriber/internal/push.Endpoint.deliver",
+	// The request's goroutine again, which counts and answers.
 	"subscriber/internal/engine.Outcome.ForGood",
 	"subscriber/internal/engine.Engine.Count",
 	"subscriber/internal/engine.recorder.settled",

@@ -304,32 +304,6 @@ func (r *Engine) AwaitPull(pulled <-chan error) error {
 	}
 }
 
-// CallInLane runs j, a push request's job, through the call path on a
-// goroutine of its own, its key's lane showing it running meanwhile, and
-// returns the verdict: a handler that exits its goroutine still gets its
-// request answered (S11). The handler's context ends with ctx, as the
-// service stops waiting for the answer then, or with the drain.
-func (r *Engine) CallInLane(ctx context.Context, j *Job) Verdict {
-	life, cancel := context.WithCancel(r.handlerCtx)
-	defer cancel()
-	defer context.AfterFunc(ctx, cancel)()
-	j.life = life
-	answer := make(chan Verdict, 1)
-	go r.Call(j, laneCall{l: r.Lanes.pushing(r, j), answer: answer})
-	return <-answer
-}
-
-// ArrivePush makes the job of m, pushed to the push endpoint, and counts
-// it received. Its retries are the service's pushes (S5): the service's
-// backoff spaces them.
-func (r *Engine) ArrivePush(ctx context.Context, m *pubsub.Message) *Job {
-	r.sub.Counts.Received.Add(1)
-	j := r.arrived(ctx, m)
-	j.D.DeliveryAttempt = j.deliveryAttempt()
-	j.retriesByNack = true
-	return j
-}
-
 // arrived makes the job of m, delivered by the service to Receive or to
 // the push endpoint, and counts and logs a stamp it refused.
 func (r *Engine) arrived(ctx context.Context, m *pubsub.Message) *Job {
