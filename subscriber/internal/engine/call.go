@@ -322,22 +322,6 @@ func (r *Engine) Parked(fx *Effects, jobs ...*Job) {
 	r.sub.Counts.Parked.Add(int64(len(jobs)))
 }
 
-// CountParked counts j, a push moved to the parking topic, as parked: the
-// push's answer acks it.
-func (r *Engine) CountParked(j *Job) {
-	var fx Effects
-	r.Parked(&fx, j)
-	r.Count(j, Parked)
-}
-
-// Log is the engine's logger, its subscription named.
-func (r *Engine) Log() *slog.Logger { return r.Obs.Log }
-
-// PushRefused counts and logs a push request refused with status for err.
-func (r *Engine) PushRefused(ctx context.Context, status int, err error) {
-	r.Obs.pushRefused(ctx, status, err)
-}
-
 // Stopping is closed when the engine stops: Receive's ctx ended, pulling
 // failed, or a push endpoint's Close began.
 func (r *Engine) Stopping() <-chan struct{} { return r.stopping }

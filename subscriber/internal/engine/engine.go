@@ -360,19 +360,3 @@ func (r *Engine) gauges() (held, queued int, oldest time.Duration) {
 	r.Survey(&st, time.Now(), false)
 	return len(st.Held), st.Queued, st.OldestAge
 }
-
-// StopCalls closes Stopping, for a push endpoint's Close: the calls
-// waiting to run again and parking's waits end.
-func (r *Engine) StopCalls() { close(r.stopping) }
-
-// BeginStop begins the Close of a push endpoint: the shutdown's clock
-// starts, which bounds its waits for the server (ShutdownBound). It
-// returns the drain timeout, and the function that ends the shutdown,
-// which Close calls last.
-func (r *Engine) BeginStop() (drain time.Duration, end func()) {
-	r.Ending.begin(r.Cfg.DrainTimeout)
-	return r.Cfg.DrainTimeout, r.Ending.end
-}
-
-// CloseMetrics stops the metrics' gauges, once a push endpoint has closed.
-func (r *Engine) CloseMetrics() { r.Obs.close() }
