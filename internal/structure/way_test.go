@@ -83,15 +83,29 @@ var pullWay = []string{
 	"workers.Pool.after",
 }
 
-// pushWay is a push request's way, from the HTTP handler to its answer,
-// with push authentication.
+// pushWay is a push request's way, from the HTTP handler to its answer:
+// with push authentication (its token's key known already), wrapped.
 var pushWay = []string{
 	// The request's goroutine.
 	"subscriber/internal/push.Endpoint.ServeHTTP",
 	"subscriber/internal/push.Endpoint.hintToken",
 	"subscriber/internal/push.Endpoint.authorize",
 	"subscriber/internal/push.tokenChecker.check",
+	"subscriber/internal/push.tokenKeyID",
+	"subscriber/internal/push.decodeObject",
+	"subscriber/internal/push.validKeyID",
+	"subscriber/internal/push.tokenChecker.get",
+	"subscriber/internal/push.tokenChecker.knownKey",
+	"subscriber/internal/push.validate",
+	"subscriber/internal/push.checkTimes",
+	"subscriber/internal/push.checkClaims",
 	"subscriber/internal/push.decodePush",
+	"subscriber/internal/push.decodeEnvelope",
+	"subscriber/internal/push.decodeObject",
+	"subscriber/internal/push.decodeStrings",
+	"subscriber/internal/push.pushEnvelope.message",
+	"subscriber/internal/push.pushEnvelope.check",
+	"subscriber/internal/push.checkAttributes",
 	"subscriber/internal/push.Endpoint.hintKey",
 	"subscriber/internal/push.Endpoint.run",
 	"subscriber/internal/push.Endpoint.enter",
