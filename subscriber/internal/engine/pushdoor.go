@@ -61,24 +61,32 @@ func (d *PushDoor) Arrive(ctx context.Context, m *pubsub.Message) *Job {
 // each delay its handler asks for, for up to hold in all, or, on the
 // delivery a dead-letter policy would forward, as long as ctx lives; the
 // handler's context ends with ctx. Then it counts j as the push's answer
-// settles it, and returns the outcome the answer reports: one that Acks,
-// Shutdown, or a nack, for the service to push the message again or to
-// dead-letter it. A verdict that parks j's key calls park, parking's step,
-// with the handler's error: if it reports j moved to the parking topic, j
-// is settled Parked, and otherwise nacked. park is nil without parking.
-func (d *PushDoor) Call(ctx context.Context, j *Job, hold time.Duration, park func(err error) bool) Outcome {
+// settles it, and reports whether the answer acks j; a nack has the
+// service push the message again, or dead-letter it. Once the engine
+// stops (S7), it returns errStopped instead, for a 503. A verdict that
+// parks j's key calls park, parking's step, with the handler's error: if
+// it reports j moved to the parking topic, j is settled Parked, and acked;
+// otherwise it is nacked. park is nil without parking.
+func (d *PushDoor) Call(ctx context.Context, j *Job, hold time.Duration, park func(err error) bool) (bool, error) {
 	v := d.callWaiting(ctx, j, hold)
-	if v.Out == Parked && park != nil && park(v.Err) {
-		d.Parked(j)
-		return Parked
-	}
 	out := v.Out
-	if out.ForGood() {
+	switch {
+	case out == Parked && park != nil && park(v.Err):
+		d.Parked(j)
+		return true, nil
+	case out.ForGood():
 		out = Failed // not parked: nacked, for the service to push again or dead-letter
 	}
 	d.r.Count(j, out)
-	return out
+	if out == Shutdown {
+		return false, errStopped
+	}
+	return out.Acks(), nil
 }
+
+// errStopped is what Call returns once the engine stops: the push is
+// nacked, and answered 503, for the service to push it again.
+var errStopped = errors.New("shutting down")
 
 // callWaiting runs j through the call path, and again after each delay
 // its handler asks for, as long as the request may be held.

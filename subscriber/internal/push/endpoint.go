@@ -210,9 +210,7 @@ func (e *Endpoint) run(req *http.Request, m *pubsub.Message) (bool, *engine.Park
 
 // push runs m, its key's only push at work, through the call path, and
 // through parking's steps if p is not nil: a push of a parked key moves
-// to the parking topic, and one that fails for good parks its key. The
-// engine's outcome becomes the answer here: it acks m or not, and
-// Shutdown is a 503.
+// to the parking topic, and one that fails for good parks its key.
 func (e *Endpoint) push(ctx context.Context, p Parked, m *pubsub.Message) (bool, *engine.ParkCause, error) {
 	j := e.door.Arrive(ctx, m)
 	if p != nil && m.OrderingKey != "" {
@@ -239,11 +237,11 @@ func (e *Endpoint) push(ctx context.Context, p Parked, m *pubsub.Message) (bool,
 			return false
 		}
 	}
-	out := e.door.Call(ctx, j, pushHoldMax, park)
-	if out == engine.Shutdown {
-		return false, nil, ErrShuttingDown
+	acked, err := e.door.Call(ctx, j, pushHoldMax, park)
+	if err != nil {
+		return false, nil, err
 	}
-	return out.Acks(), cause, nil
+	return acked, cause, nil
 }
 
 // enter counts a request at work, unless the door is closed.
