@@ -22,7 +22,7 @@ type Engine struct {
 	// handlerCtx outlives Receive's ctx by the drain timeout (S7).
 	handlerCtx     context.Context
 	CancelHandlers context.CancelFunc
-	stopping       chan struct{}     // closed when Receive's ctx ends or pulling fails, or by StopCalls
+	stopping       chan struct{}     // closed when Receive's ctx ends or pulling fails, or by PushDoor.Stop
 	Lanes          lanes             // the keys with work or a hold
 	seen           processed         // recently processed message IDs (S6)
 	seqs           *seqwindow.Window // recently active producers' sequences, per key; nil without checks

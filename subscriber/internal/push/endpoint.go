@@ -43,11 +43,11 @@ import (
 // again. The service's retry policy spaces the pushes of a failed message;
 // a subscriber.RetryAfter's delay is kept within the request, up to
 // pushHoldMax in all, and on the delivery a dead-letter policy would
-// forward, as long as the request lasts (engine.PushDoor.Call). Attempts are counted per endpoint
-// process: a message pushed again to another instance starts its count
-// afresh there, so WithMaxAttempts bounds the calls per instance; the
-// service's own count, with a dead-letter policy, is
-// Delivery.DeliveryAttempt.
+// forward, as long as the request lasts (engine.PushDoor.Call). Attempts
+// are counted per endpoint process: a message pushed again to another
+// instance starts its count afresh there, so WithMaxAttempts bounds the
+// calls per instance; the service's own count, with a dead-letter policy,
+// is Delivery.DeliveryAttempt.
 
 // Config is what a push endpoint needs of its subscription.
 type Config struct {
