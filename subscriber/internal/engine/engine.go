@@ -73,6 +73,10 @@ func New(ctx context.Context, cfg *Config, sub Facts, h Handler) (*Engine, error
 	return r, nil
 }
 
+// PushDoor returns r's push door, for the push endpoint that runs on r
+// (pushdoor.go); no Receive runs on r then.
+func (r *Engine) PushDoor() *PushDoor { return &PushDoor{r: r} }
+
 // Start starts what runs beside the lanes: on an exactly-once
 // subscription, the watch of ack answers (exactlyonce.go).
 func (r *Engine) Start() {

@@ -14,15 +14,12 @@ import (
 // through the call path in its key's lane, again after each delay its
 // handler asks for while the request may be held, and is counted as the
 // answer settles it (Call); a push that parking moved to the parking topic
-// is counted by Parked. Stop stops the engine with the endpoint. Its
-// methods are safe for concurrent use.
+// is counted by Parked. Stop stops the engine with the endpoint. The
+// engine makes it (Engine.PushDoor); its methods are safe for concurrent
+// use.
 type PushDoor struct {
 	r *Engine
 }
-
-// NewPushDoor makes the push door of r, the engine of a push endpoint: no
-// Receive runs on r.
-func NewPushDoor(r *Engine) *PushDoor { return &PushDoor{r: r} }
 
 // Arrive makes the job of m, pushed to the push endpoint, and counts it
 // received. Its retries are the service's pushes (S5): the service's

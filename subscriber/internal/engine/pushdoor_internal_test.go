@@ -25,7 +25,7 @@ func newPushDoor(t *testing.T, parks bool, drain time.Duration, h Handler) (*Pus
 	}
 	r, err := New(t.Context(), cfg, Facts{Name: "projects/p/subscriptions/s", Ordered: true, Parks: parks, Counts: counts}, h)
 	require.NoError(t, err)
-	return NewPushDoor(r), counts
+	return r.PushDoor(), counts
 }
 
 // pushed is a pushed message of key k.

@@ -96,9 +96,10 @@ type Parked interface {
 // why it waits).
 const pushHoldMax = 8 * time.Second
 
-// New makes the push endpoint of r, by cfg.
-func New(cfg Config, r *engine.Engine) *Endpoint {
-	return &Endpoint{cfg: cfg, door: engine.NewPushDoor(r), tokens: newTokenChecker(cfg.Validator), parking: cfg.Parking}
+// New makes the push endpoint of the engine whose push door is door, by
+// cfg.
+func New(cfg Config, door *engine.PushDoor) *Endpoint {
+	return &Endpoint{cfg: cfg, door: door, tokens: newTokenChecker(cfg.Validator), parking: cfg.Parking}
 }
 
 // An Endpoint is the push endpoint: the HTTP side of push (tokens,
