@@ -77,7 +77,7 @@ func (s *Subscription) PushHandler(h Handler) http.Handler {
 	} else {
 		s.current.Store(r)
 	}
-	e := push.New(cfg, r)
+	e := push.New(cfg, r.PushDoor())
 	s.pushing.Store(e)
 	return e
 }

@@ -28,9 +28,9 @@ const module = "github.com/keyorder/keyorder/"
 // today: the figures only shrink. The target is 15 for push and
 // for parking.
 var engineNames = map[string]int{
-	"subscriber/internal/push":    33,
+	"subscriber/internal/push":    11,
 	"subscriber/internal/parking": 60,
-	"subscriber":                  102,
+	"subscriber":                  103, // + Engine.PushDoor, which the facade hands push
 }
 
 // TestEngineNames logs, and bounds, the names of subscriber/internal/engine

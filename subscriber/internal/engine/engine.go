@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"log/slog"
 	"os"
 	"runtime/debug"
 	"time"
@@ -24,7 +23,7 @@ type Engine struct {
 	// handlerCtx outlives Receive's ctx by the drain timeout (S7).
 	handlerCtx     context.Context
 	CancelHandlers context.CancelFunc
-	stopping       chan struct{}     // closed when Receive's ctx ends or pulling fails, or by StopCalls
+	stopping       chan struct{}     // closed when Receive's ctx ends or pulling fails, or by PushDoor.Stop
 	Lanes          lanes             // the keys with work or a hold
 	seen           processed         // recently processed message IDs (S6)
 	seqs           *seqwindow.Window // recently active producers' sequences, per key; nil without checks
@@ -74,6 +73,10 @@ func New(ctx context.Context, cfg *Config, sub Facts, h Handler) (*Engine, error
 	r.Obs = newRecorder(cfg, sub.Name, r.gauges)
 	return r, nil
 }
+
+// PushDoor returns r's push door, for the push endpoint that runs on r
+// (pushdoor.go); no Receive runs on r then.
+func (r *Engine) PushDoor() *PushDoor { return &PushDoor{r: r} }
 
 // Start starts what runs beside the lanes: on an exactly-once
 // subscription, the watch of ack answers (confirm.go).
@@ -250,32 +253,6 @@ func (r *Engine) AwaitPull(pulled <-chan error) error {
 	}
 }
 
-// CallInLane runs j, a push request's job, through the call path on a
-// goroutine of its own, its key's lane showing it running meanwhile, and
-// returns the verdict: a handler that exits its goroutine still gets its
-// request answered (S11). The handler's context ends with ctx, as the
-// service stops waiting for the answer then, or with the drain.
-func (r *Engine) CallInLane(ctx context.Context, j *Job) Verdict {
-	life, cancel := context.WithCancel(r.handlerCtx)
-	defer cancel()
-	defer context.AfterFunc(ctx, cancel)()
-	j.life = life
-	answer := make(chan Verdict, 1)
-	go r.Call(j, laneCall{l: r.Lanes.pushing(r, j), answer: answer})
-	return <-answer
-}
-
-// ArrivePush makes the job of m, pushed to the push endpoint, and counts
-// it received. Its retries are the service's pushes (S5): the service's
-// backoff spaces them.
-func (r *Engine) ArrivePush(ctx context.Context, m *pubsub.Message) *Job {
-	r.sub.Counts.Received.Add(1)
-	j := r.arrived(ctx, m)
-	j.D.DeliveryAttempt = j.deliveryAttempt()
-	j.retriesByNack = true
-	return j
-}
-
 // CheckReleased verifies the stamp of j, a parked copy m about to run in
 // a release: its Delivery was read from m's attributes, which still hold
 // the signature. A stamp that does not verify leaves j unstamped.
@@ -308,22 +285,6 @@ func (r *Engine) gauges() (held, queued int, oldest time.Duration) {
 	r.Survey(&st, time.Now(), false)
 	return len(st.Held), st.Queued, st.OldestAge
 }
-
-// StopCalls closes Stopping, for a push endpoint's Close: the calls
-// waiting to run again and parking's waits end.
-func (r *Engine) StopCalls() { close(r.stopping) }
-
-// BeginStop begins the Close of a push endpoint: the shutdown's clock
-// starts, which bounds its waits for the server (ShutdownBound). It
-// returns the drain timeout, and the function that ends the shutdown,
-// which Close calls last.
-func (r *Engine) BeginStop() (drain time.Duration, end func()) {
-	r.Ending.begin(r.Cfg.DrainTimeout)
-	return r.Cfg.DrainTimeout, r.Ending.end
-}
-
-// CloseMetrics stops the metrics' gauges, once a push endpoint has closed.
-func (r *Engine) CloseMetrics() { r.Obs.close() }
 
 // reportGap tells the WithGapHandler callback about g. A panic in the
 // callback is recovered and logged.
@@ -365,22 +326,6 @@ func (r *Engine) Parked(fx *Effects, jobs ...*Job) {
 		fx.Add(j, Parked)
 	}
 	r.sub.Counts.Parked.Add(int64(len(jobs)))
-}
-
-// CountParked counts j, a push moved to the parking topic, as parked: the
-// push's answer acks it.
-func (r *Engine) CountParked(j *Job) {
-	var fx Effects
-	r.Parked(&fx, j)
-	r.Count(j, Parked)
-}
-
-// Log is the engine's logger, its subscription named.
-func (r *Engine) Log() *slog.Logger { return r.Obs.Log }
-
-// PushRefused counts and logs a push request refused with status for err.
-func (r *Engine) PushRefused(ctx context.Context, status int, err error) {
-	r.Obs.pushRefused(ctx, status, err)
 }
 
 // Stopping is closed when the engine stops: Receive's ctx ended, pulling

@@ -6,7 +6,6 @@ package engine
 
 import (
 	"sort"
-	"time"
 )
 
 // each calls f for every lane, with its shard's mutex held.
@@ -48,31 +47,6 @@ func (ls *lanes) Snapshot() (queued, running int, held []HeldKey) {
 	})
 	sortHeld(held)
 	return queued, running, held
-}
-
-// pushing marks j, a push request's job, as the running call of its key's
-// lane, or of a lane of its own if it has no key, and returns the lane.
-func (ls *lanes) pushing(r *Engine, j *Job) *Lane {
-	return ls.with(r, j.D.Key, func(l *Lane) {
-		j.fresh = l.holdsNothing()
-		l.Running, l.busySince = j, time.Now()
-	})
-}
-
-// laneCall is the door of a call CallInLane runs: it ends the call in the
-// key's lane, where the held-key record notes the verdict, and hands the
-// verdict to CallInLane's caller, which delivers it as its answer. Key
-// events are told last, once the answer can be written, so that a
-// callback that exits the goroutine leaves nothing undone.
-type laneCall struct {
-	l      *Lane
-	answer chan<- Verdict
-}
-
-func (a laneCall) Settle(j *Job, v Verdict) {
-	fx := a.l.pushed(j, v)
-	a.answer <- v
-	a.l.r.apply(a.l, &fx)
 }
 
 // sortHeld sorts held keys oldest failure first.

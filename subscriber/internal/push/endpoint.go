@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
@@ -20,8 +21,8 @@ import (
 // answered the previous one with a success: order holds as long as the
 // endpoint answers correctly. PushHandler is that endpoint
 // (Endpoint). It runs the handler through the same call path as
-// Receive (the engine's Call, through CallInLane, whose door hands the
-// path's verdict back), and delivers the verdict as the status:
+// Receive (the engine's Call, through its PushDoor, which counts the
+// outcome), and delivers the outcome as the status:
 //
 //   - 204 No Content acks: the handler succeeded, or the message was
 //     processed already (S6, S12), or, with parking, it was parked.
@@ -40,13 +41,13 @@ import (
 // The answer waits for the handler, so the subscription's ack deadline
 // bounds a call; one that outlasts it is cancelled by the service and sent
 // again. The service's retry policy spaces the pushes of a failed message;
-// a subscriber.RetryAfter's delay is kept within the request, up to 8 s in all, and
-// on the delivery a dead-letter policy would forward, as long as the
-// request lasts (push_wait.go). Attempts are counted per endpoint
-// process: a message pushed again to another instance starts its count
-// afresh there, so WithMaxAttempts bounds the calls per instance; the
-// service's own count, with a dead-letter policy, is
-// Delivery.DeliveryAttempt.
+// a subscriber.RetryAfter's delay is kept within the request, up to
+// pushHoldMax in all, and on the delivery a dead-letter policy would
+// forward, as long as the request lasts (engine.PushDoor.Call). Attempts
+// are counted per endpoint process: a message pushed again to another
+// instance starts its count afresh there, so WithMaxAttempts bounds the
+// calls per instance; the service's own count, with a dead-letter policy,
+// is Delivery.DeliveryAttempt.
 
 // Config is what a push endpoint needs of its subscription.
 type Config struct {
@@ -89,19 +90,26 @@ type Parked interface {
 	ParkPush(ctx context.Context, j *engine.Job, err error) (bool, *engine.ParkCause, error)
 }
 
-// New makes the push endpoint of r, by cfg.
-func New(cfg Config, r *engine.Engine) *Endpoint {
-	return &Endpoint{cfg: cfg, r: r, tokens: newTokenChecker(cfg.Validator), parking: cfg.Parking}
+// pushHoldMax bounds the waits of a push request before it is answered
+// 500, within the service's shortest ack deadline (10 s), except on the
+// delivery a dead-letter policy would forward (engine.PushDoor.Call says
+// why it waits).
+const pushHoldMax = 8 * time.Second
+
+// New makes the push endpoint of the engine whose push door is door, by
+// cfg.
+func New(cfg Config, door *engine.PushDoor) *Endpoint {
+	return &Endpoint{cfg: cfg, door: door, tokens: newTokenChecker(cfg.Validator), parking: cfg.Parking}
 }
 
 // An Endpoint is the push endpoint: the HTTP side of push (tokens,
 // requests, answers, Close). Each of its requests runs through the call
-// path in its key's lane (Engine.CallInLane), and the endpoint answers
-// with the verdict.
+// path in its key's lane (engine.PushDoor), and the endpoint answers with
+// the outcome.
 type Endpoint struct {
-	cfg Config
-	r   *engine.Engine
-	// tokens checks the requests' tokens (push_auth.go).
+	cfg  Config
+	door *engine.PushDoor
+	// tokens checks the requests' tokens (auth.go).
 	tokens *tokenChecker
 
 	// parking keeps the control log, with WithParking (internal/parking: push.go); keys
@@ -111,11 +119,11 @@ type Endpoint struct {
 	hints   pushHints
 
 	// calls counts the requests at work; a request joins it under mu
-	// unless closed is set, which close sets under mu before it waits.
-	// closeOnce starts shut once, which closes finished when all it
-	// stops has ended.
+	// unless closed is set, which shut sets under mu before it waits; a
+	// request that finds it set is refused at once. closeOnce starts shut
+	// once, which closes finished when all it stops has ended.
 	mu        sync.Mutex
-	closed    bool
+	closed    atomic.Bool
 	calls     sync.WaitGroup
 	closeOnce sync.Once
 	finished  chan struct{}
@@ -124,39 +132,34 @@ type Endpoint struct {
 // ServeHTTP answers one push request. A refusal reads no more of the body
 // than it must, and closes an HTTP/1 connection (refuse).
 func (e *Endpoint) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	r := e.r
 	if req.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		refuse(w, req, http.StatusMethodNotAllowed, "push requests are POSTs")
 		return
 	}
-	select {
-	case <-r.Stopping():
+	if e.closed.Load() {
 		refuse(w, req, http.StatusServiceUnavailable, "shutting down")
 		return
-	default:
 	}
 	e.hintToken(req)
 	if code, err := e.authorize(req); err != nil {
-		r.PushRefused(req.Context(), code, err)
+		e.door.Refused(req.Context(), code, err)
 		refuse(w, req, code, http.StatusText(code))
 		return
 	}
 	m, err := decodePush(req, e.cfg.Name, e.cfg.Settings)
 	if err != nil {
-		r.PushRefused(req.Context(), http.StatusBadRequest, err)
+		e.door.Refused(req.Context(), http.StatusBadRequest, err)
 		refuse(w, req, http.StatusBadRequest, err.Error())
 		return
 	}
 	e.hintKey(m)
-	out, parkedIt, err := e.run(req, m)
+	acked, parkedIt, err := e.run(req, m)
 	switch {
 	case err != nil:
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
-	case out.Acks():
+	case acked:
 		w.WriteHeader(http.StatusNoContent)
-	case out == engine.Shutdown:
-		http.Error(w, "shutting down", http.StatusServiceUnavailable)
 	default:
 		http.Error(w, "handler failed", http.StatusInternalServerError)
 	}
@@ -168,14 +171,14 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 
 // run takes m through the call path on a goroutine of its own, so that a
 // handler that exits its goroutine still gets its request answered (S11),
-// and through parking's steps with WithParking, and returns the outcome
-// the answer reports, with the park this request made, if it made one,
-// to be told once the answer is written; or an error, for a 503, when the
-// door is closed or parking is not up.
-func (e *Endpoint) run(req *http.Request, m *pubsub.Message) (engine.Outcome, *engine.ParkCause, error) {
-	r, ctx := e.r, req.Context()
+// and through parking's steps with WithParking, and returns whether the
+// answer acks m, with the park this request made, if it made one, to be
+// told once the answer is written; or an error, for a 503, when the door
+// is closed, parking is not up, or the call was stopped by Close.
+func (e *Endpoint) run(req *http.Request, m *pubsub.Message) (bool, *engine.ParkCause, error) {
+	ctx := req.Context()
 	if !e.enter() {
-		return 0, nil, ErrShuttingDown
+		return false, nil, ErrShuttingDown
 	}
 	defer e.calls.Done()
 	var p Parked
@@ -185,7 +188,7 @@ func (e *Endpoint) run(req *http.Request, m *pubsub.Message) (engine.Outcome, *e
 		case errors.Is(err, ErrParkingLost) && m.OrderingKey == "":
 			p = nil // a message without a key has no order to keep: parking does not govern it
 		case err != nil:
-			return 0, nil, err
+			return false, nil, err
 		}
 	}
 	if p != nil {
@@ -199,47 +202,58 @@ func (e *Endpoint) run(req *http.Request, m *pubsub.Message) (engine.Outcome, *e
 	if m.OrderingKey != "" {
 		done, err := e.keys.enter(ctx, m.OrderingKey)
 		if err != nil {
-			return 0, nil, err
+			return false, nil, err
 		}
 		defer done()
 	}
-	j := r.ArrivePush(ctx, m)
-	if p != nil && j.D.Key != "" {
+	return e.push(ctx, p, m)
+}
+
+// push runs m, its key's only push at work, through the call path, and
+// through parking's steps if p is not nil: a push of a parked key moves
+// to the parking topic, and one that fails for good parks its key.
+func (e *Endpoint) push(ctx context.Context, p Parked, m *pubsub.Message) (bool, *engine.ParkCause, error) {
+	j := e.door.Arrive(ctx, m)
+	if p != nil && m.OrderingKey != "" {
 		parked, err := p.DivertPush(ctx, j)
 		if err != nil {
-			return 0, nil, err
+			return false, nil, err
 		}
 		if parked {
-			return e.parked(j), nil, nil
+			e.door.Parked(j)
+			return true, nil, nil
 		}
 	}
-	v := e.callWaiting(ctx, j) // wait.go: a RetryAfter's delay is kept
-	if v.Out == engine.Parked {
-		parked, cause, err := p.ParkPush(ctx, j, v.Err)
-		if parked {
-			return e.parked(j), cause, nil
+	var cause *engine.ParkCause
+	var park func(error) bool
+	if p != nil {
+		park = func(failed error) bool {
+			parked, parkedIt, err := p.ParkPush(ctx, j, failed)
+			if parked {
+				cause = parkedIt
+				return true
+			}
+			e.door.Log().Warn("keyorder/subscriber: could not park a pushed message; the service will push it again",
+				"key", m.OrderingKey, "error", err)
+			return false
 		}
-		r.Log().Warn("keyorder/subscriber: could not park a pushed message; the service will push it again",
-			"key", j.D.Key, "error", err)
 	}
-	return e.deliver(j, v), nil, nil
+	acked, err := e.door.Call(ctx, j, pushHoldMax, park)
+	if err != nil {
+		return false, nil, err
+	}
+	return acked, cause, nil
 }
 
 // enter counts a request at work, unless the door is closed.
 func (e *Endpoint) enter() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.closed {
+	if e.closed.Load() {
 		return false
 	}
 	e.calls.Add(1)
 	return true
-}
-
-// parked settles j as moved to the parking topic.
-func (e *Endpoint) parked(j *engine.Job) engine.Outcome {
-	e.r.CountParked(j) // nothing to ack: the answer acks it
-	return engine.Parked
 }
 
 // ErrShuttingDown is what a push is answered 503 with once Close has
@@ -257,19 +271,6 @@ type Settings struct {
 	Audience string // the token's audience: its own, or the endpoint's URL
 	Wrapped  bool   // the body is the JSON envelope, not the bare data
 	Metadata bool   // unwrapped, with the metadata as headers
-}
-
-// deliver turns the verdict on j into the outcome the answer reports, and
-// counts it as Receive counts its settlements: a success or a copy acks,
-// a failure nacks, for the service to push the message again, or to
-// dead-letter it.
-func (e *Endpoint) deliver(j *engine.Job, v engine.Verdict) engine.Outcome {
-	out := v.Out
-	if out.ForGood() {
-		out = engine.Failed // not parked: nacked, for the service to push again or dead-letter
-	}
-	e.r.Count(j, out)
-	return out
 }
 
 // Close refuses new requests, lets running ones drain, with the releases
@@ -291,42 +292,25 @@ func (e *Endpoint) Close(ctx context.Context) error {
 }
 
 // shut is close's work, on a goroutine of its own: ctx, the first close's,
-// may cut the drain short.
+// may cut the drain short (engine.PushDoor.Stop).
 func (e *Endpoint) shut(ctx context.Context) {
 	defer close(e.finished)
-	r := e.r
-	drain, end := r.BeginStop() // bounds the waits for the server (ShutdownBound)
-	defer end()
 	e.mu.Lock()
-	e.closed = true
+	e.closed.Store(true)
 	e.mu.Unlock()
-	r.StopCalls()
-	drained := make(chan struct{})
-	go func() {
-		defer close(drained)
+	drain := func() {
 		var wg sync.WaitGroup
 		wg.Go(e.calls.Wait)
 		if e.parking != nil {
 			wg.Go(e.parking.Drain)
 		}
 		wg.Wait()
-	}()
-	t := time.NewTimer(drain)
-	defer t.Stop()
-	select {
-	case <-drained:
-	case <-t.C:
-	case <-ctx.Done():
 	}
-	r.CancelHandlers()
+	cancel, closed := func() {}, func() {}
 	if e.parking != nil {
-		e.parking.Cancel()
+		cancel, closed = e.parking.Cancel, e.parking.Close
 	}
-	<-drained
-	if e.parking != nil {
-		e.parking.Close()
-	}
-	r.CloseMetrics()
+	e.door.Stop(ctx, drain, cancel, closed)
 	e.cfg.Closed()
 }
 
@@ -355,7 +339,7 @@ func (d *Endpoint) hintToken(req *http.Request) {
 		return
 	}
 	d.hints.token.Do(func() {
-		d.r.Log().Warn("keyorder/subscriber: a push request carries no token; every such request is refused 401",
+		d.door.Log().Warn("keyorder/subscriber: a push request carries no token; every such request is refused 401",
 			"hint", "the server does not sign its pushes (Google's emulator does not): on it, make the subscription with WithUnauthenticatedPush; on Pub/Sub, give the push subscription the service account of WithPushAuth")
 	})
 }
@@ -367,8 +351,46 @@ func (d *Endpoint) hintKey(m *pubsub.Message) {
 		return
 	}
 	d.hints.key.Do(func() {
-		d.r.Log().Info("keyorder/subscriber: a push to an ordered subscription carries no ordering key; it runs unordered",
+		d.door.Log().Info("keyorder/subscriber: a push to an ordered subscription carries no ordering key; it runs unordered",
 			"message_id", m.ID,
 			"hint", "if it was published with one, the server does not push ordering keys (Google's emulator does not), and keys cannot be kept in order through it")
 	})
+}
+
+// keyGate runs the pushes of one key one at a time. The service keeps one
+// message of a key outstanding, but a push whose answer came too late is
+// pushed again while its first call may still run; the second waits for
+// the first, then finds it processed (S6) or runs it again after it.
+type keyGate struct {
+	mu   sync.Mutex
+	busy map[string]chan struct{} // closed when the key's push ends
+}
+
+// enter waits until no other push of key runs, and returns the function
+// that ends this one; or ctx.Err().
+func (g *keyGate) enter(ctx context.Context, key string) (func(), error) {
+	for {
+		g.mu.Lock()
+		ch, taken := g.busy[key]
+		if !taken {
+			if g.busy == nil {
+				g.busy = map[string]chan struct{}{}
+			}
+			ch = make(chan struct{})
+			g.busy[key] = ch
+			g.mu.Unlock()
+			return func() {
+				g.mu.Lock()
+				delete(g.busy, key)
+				g.mu.Unlock()
+				close(ch)
+			}, nil
+		}
+		g.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }

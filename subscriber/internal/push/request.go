@@ -19,7 +19,7 @@ import (
 )
 
 // What a push request's message is made of, read by decodePush after the
-// token was checked (push_auth.go). It refuses, rather than guesses, what
+// token was checked (auth.go). It refuses, rather than guesses, what
 // the service never sends, before anything of the message is kept: an
 // ambiguous envelope (a field twice, or in other letter case, which
 // encoding/json would take the last of, or fold, where a proxy or an
