@@ -29,8 +29,8 @@ const module = "github.com/keyorder/keyorder/"
 // for parking.
 var engineNames = map[string]int{
 	"subscriber/internal/push":    33,
-	"subscriber/internal/parking": 60,
-	"subscriber":                  102,
+	"subscriber/internal/parking": 18,
+	"subscriber":                  103,
 }
 
 // TestEngineNames logs, and bounds, the names of subscriber/internal/engine

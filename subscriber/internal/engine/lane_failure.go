@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"time"
-
-	"github.com/keyorder/keyorder/publisher"
 )
 
 // A failed handler call is retried after a backoff, on the same delivery,
@@ -193,13 +191,6 @@ func (l *Lane) lapsed(t *trouble) {
 		}
 		return fx
 	})
-}
-
-// SkippedTail reports whether err is a publish failed unsent, as the tail
-// of another message's failure.
-func SkippedTail(err error) bool {
-	pe, ok := errors.AsType[*publisher.PublishError](err)
-	return ok && pe.Skipped
 }
 
 // partition returns the partition of l's key, computing it once. The
