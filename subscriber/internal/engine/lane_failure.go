@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/keyorder/keyorder/internal/backoff"
 )
 
 // A failed handler call is retried after a backoff, on the same delivery,
@@ -374,8 +376,10 @@ func (l *Lane) land(jobs []*Job, parked bool, err error) {
 				l.putBack(jobs[i])
 			}
 			if err != nil {
+				// A publish failed, not a handler: the control log's
+				// backoff, not WithBackoff's, which may be minutes.
 				pk.tries++
-				l.wait(r.Backoff(pk.tries), now)
+				l.wait(backoff.Publish(pk.tries), now)
 			}
 		}
 		return fx

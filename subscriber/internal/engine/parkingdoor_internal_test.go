@@ -209,3 +209,48 @@ func TestAttachedParkingDrainedInTime(t *testing.T) {
 	r.park.Shutdown()
 	assert.NoError(t, r.handlerCtx.Err(), "the handlers run on")
 }
+
+// flakyParking is a Parking that holds every key parked and whose first
+// flight fails; it reports each flight on flights.
+type flakyParking struct {
+	flights chan int
+	landed  chan struct{} // closed once the second flight has landed
+	n       int           // flights so far; under the lane's shard mutex
+}
+
+func (p *flakyParking) Fence(time.Time) uint64     { return 0 }
+func (p *flakyParking) ParkID(string) string       { return "park-1" }
+func (p *flakyParking) Wait(uint64, func()) bool   { return false }
+func (p *flakyParking) ReleasedLately(string) bool { return false }
+func (p *flakyParking) Shutdown()                  {}
+func (p *flakyParking) Fly(_ string, _ []*Job, _ string, _ *ParkCause, land func(parked bool, err error)) {
+	p.n++
+	p.flights <- p.n
+	if p.n == 1 {
+		go land(false, errors.New("publish failed"))
+		return
+	}
+	go func() { land(true, nil); close(p.landed) }()
+}
+
+// TestFailedFlightFliesAgainSoon checks that a flight to the parking
+// topic that failed flies again after the control log's backoff, not
+// after WithBackoff's, which spaces a handler's calls and may be hours:
+// the flight's failure is a publish's, and the key is held meanwhile.
+func TestFailedFlightFliesAgainSoon(t *testing.T) {
+	t.Parallel()
+	r, _ := parkingEngine(t, time.Hour, func(context.Context, *Delivery) error { return nil })
+	p := &flakyParking{flights: make(chan int, 2), landed: make(chan struct{})}
+	r.ParkingDoor().Attach(p, func() {})
+
+	r.Deliver(context.Background(), &pubsub.Message{ID: "m1", OrderingKey: "k", Data: []byte("x")})
+	require.Equal(t, 1, <-p.flights)
+	select {
+	case n := <-p.flights:
+		require.Equal(t, 2, n)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the failed flight did not fly again within 10 s")
+	}
+	<-p.landed
+	assert.EqualValues(t, 1, r.sub.Counts.Parked.Load())
+}

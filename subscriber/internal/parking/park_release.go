@@ -269,13 +269,13 @@ func skippedTail(err error) bool {
 }
 
 // controlBackoff is the wait before the next try of a publish to the
-// control log after its tries-th failure: 100 ms, doubling up to 2 s. It
-// is the control log's own, not WithBackoff's, which spaces a handler's
-// retries and may be minutes: a marker, a release's progress or a claim
-// that failed with another event's publish must not wait that long.
-func controlBackoff(tries int) time.Duration {
-	return backoff.Doubling(100*time.Millisecond, 2*time.Second, tries)
-}
+// control log after its tries-th failure: 100 ms, doubling up to 2 s
+// (backoff.Publish, which a lane's flight to the parking topic waits
+// too). It is the control log's own, not WithBackoff's, which spaces a
+// handler's retries and may be minutes: a marker, a release's progress or
+// a claim that failed with another event's publish must not wait that
+// long.
+func controlBackoff(tries int) time.Duration { return backoff.Publish(tries) }
 
 // startRequests starts the Receive's watch of release requests, counted in
 // p.rel with the releases it runs, so that the shutdown waits for them
