@@ -121,7 +121,7 @@ type Topics struct {
 // or failed Open, waits drain for its events; only Receives publish
 // snapshots.
 func (t *Topics) LogConfig(sub string, drain time.Duration, snapshots bool) controllog.Config {
-	return controllog.Config{Subscription: sub, Retention: t.Retention, Lease: ReleaseLease, Snapshots: snapshots, Drain: drain}
+	return controllog.Config{Subscription: sub, Retention: t.Retention, Lease: releaseLease, Snapshots: snapshots, Drain: drain}
 }
 
 // seekMargin is how far before a park began its release seeks the parking

@@ -327,7 +327,7 @@ func (p *Parking) serveRequests() {
 func (p *Parking) claimRequests(rt *requestRuns) (next time.Time, ok bool) {
 	pending := p.log.PendingReleases()
 	rt.forgetBut(pending)
-	claim, next := controllog.Claimable(pending, p.log.ID(), ReleaseLease, time.Now(), rt.after)
+	claim, next := controllog.Claimable(pending, p.log.ID(), releaseLease, time.Now(), rt.after)
 	for _, pr := range claim {
 		switch err := p.rel.enter(pr.Key); {
 		case errors.Is(err, ErrNotReceiving):

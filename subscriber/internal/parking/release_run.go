@@ -35,11 +35,20 @@ type releaseRun struct {
 // runs.
 const releaseReadAhead = 64
 
-// ReleaseLease is how long a release's claim holds without a heartbeat,
+// releaseLease is how long a release's claim holds without a heartbeat,
 // after which another process may take the release over. It is a rule of
 // the control log (controllog.Config.Lease), the same for every process;
 // only a test that runs alone may change it (SetReleaseLease).
-var ReleaseLease = 30 * time.Second
+var releaseLease = 30 * time.Second
+
+// SetReleaseLease sets how long a release's claim holds without a
+// heartbeat, for a test that runs alone and must see one lapse, and
+// returns a function that restores it.
+func SetReleaseLease(d time.Duration) (restore func()) {
+	old := releaseLease
+	releaseLease = d
+	return func() { releaseLease = old }
+}
 
 func (rr *releaseRun) run(ctx context.Context) (err error) {
 	p := rr.p
@@ -168,7 +177,7 @@ func (rr *releaseRun) heartbeat() (lost <-chan error, stop func()) {
 	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
-		tick := time.NewTicker(ReleaseLease / 3)
+		tick := time.NewTicker(releaseLease / 3)
 		defer tick.Stop()
 		for {
 			select {
