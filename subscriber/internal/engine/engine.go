@@ -82,6 +82,10 @@ func (r *Engine) Start() {
 	}
 }
 
+// SetParking gives the lanes and the call path their hooks into parking,
+// once it has started, before the first delivery.
+func (r *Engine) SetParking(p Parking) { r.park = p }
+
 // ParkingDoor returns r's parking door, for the door that starts parking
 // (Receive, the push endpoint) to give it (parkingdoor.go).
 func (r *Engine) ParkingDoor() *ParkingDoor { return &ParkingDoor{r: r} }

@@ -33,7 +33,7 @@ type ParkingDoor struct{ r *Engine }
 // the handlers still running (a release's) are cancelled and giveUp is
 // called, for p to give up on its waits, and p.Shutdown is awaited still.
 func (d *ParkingDoor) Attach(p Parking, giveUp func()) {
-	d.r.park = &drainedParking{Parking: p, r: d.r, giveUp: giveUp}
+	d.r.SetParking(&drainedParking{Parking: p, r: d.r, giveUp: giveUp})
 }
 
 // drainedParking is a parking whose Shutdown keeps to the drain timeout
