@@ -10,11 +10,7 @@ import (
 // heartbeat, for a test that must see one lapse, and returns a function
 // that restores it. The lease is part of the control log's rules, the same
 // for every process, so only a test that runs alone may change it.
-func SetReleaseLease(d time.Duration) (restore func()) {
-	old := parking.ReleaseLease
-	parking.ReleaseLease = d
-	return func() { parking.ReleaseLease = old }
-}
+func SetReleaseLease(d time.Duration) (restore func()) { return parking.SetReleaseLease(d) }
 
 // SetGapQuiet sets how long a key must have been quiet for a gap before
 // its next message to be uncertain, for a test that must not wait that

@@ -98,7 +98,7 @@ func retainedTopic(ctx context.Context, client *pubsub.Client, topic string) (ti
 
 // parkingConfig is what internal/parking needs of s.
 func (s *Subscription) parkingConfig() parking.Config {
-	return parking.Config{Client: s.client, Name: s.name, Topics: s.parking, Wait: s.cfg.parkingWait, Counts: &s.counts}
+	return parking.Config{Client: s.client, Name: s.name, Topics: s.parking, Wait: s.cfg.parkingWait, Drain: s.cfg.DrainTimeout}
 }
 
 // Parked lists the keys parked now, oldest first, as every process

@@ -70,7 +70,7 @@ func (s *Subscription) PushHandler(h Handler) http.Handler {
 		},
 	}
 	if s.parking != nil {
-		cfg.Parking = parking.StartPush(s.parkingConfig(), r, func(p *parking.Parking) {
+		cfg.Parking = parking.StartPush(s.parkingConfig(), r.ParkingDoor(), func(p *parking.Parking) {
 			s.parkNow.Store(p)
 			s.current.Store(r) // once up
 		})

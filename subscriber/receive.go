@@ -102,7 +102,7 @@ func (s *Subscription) start(ctx context.Context, r *engine.Engine) (*parking.Pa
 	var p *parking.Parking
 	if s.parking != nil {
 		var err error
-		if p, ctx, err = parking.Start(ctx, s.parkingConfig(), r); ctx == nil {
+		if p, ctx, err = parking.Start(ctx, s.parkingConfig(), r.ParkingDoor()); ctx == nil {
 			return nil, nil, err
 		}
 	}

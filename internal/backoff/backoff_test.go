@@ -19,3 +19,9 @@ func TestDoubling(t *testing.T) {
 	}
 	assert.Equal(t, 2*time.Second, backoff.Doubling(3*time.Second, 2*time.Second, 1), "never over most")
 }
+
+func TestPublish(t *testing.T) {
+	for n, want := range map[int]time.Duration{1: 100 * time.Millisecond, 2: 200 * time.Millisecond, 5: 1600 * time.Millisecond, 6: 2 * time.Second, 100: 2 * time.Second} {
+		assert.Equal(t, want, backoff.Publish(n), "n=%d", n)
+	}
+}

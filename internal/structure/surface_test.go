@@ -29,8 +29,8 @@ const module = "github.com/keyorder/keyorder/"
 // for parking.
 var engineNames = map[string]int{
 	"subscriber/internal/push":    11,
-	"subscriber/internal/parking": 60,
-	"subscriber":                  103, // + Engine.PushDoor, which the facade hands push
+	"subscriber/internal/parking": 18,
+	"subscriber":                  103, // + Engine.PushDoor and Engine.ParkingDoor, which the facade hands its doors
 }
 
 // TestEngineNames logs, and bounds, the names of subscriber/internal/engine

@@ -91,6 +91,10 @@ func (r *Engine) Start() {
 // once it has started, before the first delivery.
 func (r *Engine) SetParking(p Parking) { r.park = p }
 
+// ParkingDoor returns r's parking door, for the door that starts parking
+// (Receive, the push endpoint) to give it (parkingdoor.go).
+func (r *Engine) ParkingDoor() *ParkingDoor { return &ParkingDoor{r: r} }
+
 // Finish waits, once the official Receive has returned and parking has
 // stopped, for what start started, and returns the error Receive returns.
 func (r *Engine) Finish(pullErr error) error {

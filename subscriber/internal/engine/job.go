@@ -220,7 +220,7 @@ func IsRedriven(attrs map[string]string) bool {
 // A stampNote is what became of a message's stamp as it arrived.
 type stampNote struct {
 	// sig is the signature of the stamp the delivery carries, if it came
-	// with one, so that a parked copy carries it too (Parking.copyOf, internal/parking).
+	// with one, so that a parked copy carries it too (ParkingDoor.Copy).
 	Sig string
 	// refused is a well-formed stamp whose signature failed, and why; the
 	// delivery carries no stamp.

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/keyorder/keyorder/publisher"
+	"github.com/keyorder/keyorder/internal/backoff"
 )
 
 // A failed handler call is retried after a backoff, on the same delivery,
@@ -170,13 +170,6 @@ func (l *Lane) lapsed(t *trouble) {
 		}
 		return fx
 	})
-}
-
-// SkippedTail reports whether err is a publish failed unsent, as the tail
-// of another message's failure.
-func SkippedTail(err error) bool {
-	pe, ok := errors.AsType[*publisher.PublishError](err)
-	return ok && pe.Skipped
 }
 
 // partition returns the partition of l's key, computing it once. The
@@ -350,8 +343,10 @@ func (l *Lane) land(jobs []*Job, parked bool, err error) {
 				l.putBack(jobs[i])
 			}
 			if err != nil {
+				// A publish failed, not a handler: the control log's
+				// backoff, not WithBackoff's, which may be minutes.
 				pk.tries++
-				l.wait(r.Backoff(pk.tries), now)
+				l.wait(backoff.Publish(pk.tries), now)
 			}
 		}
 		return fx

@@ -227,15 +227,6 @@ func (o *recorder) keyEvent(ev KeyEvent) {
 	}
 }
 
-// ReleaseRequestFailed logs that a release request this Receive carried
-// out did not end with the key unparked: a released message failed for
-// good again, which ends the request, or the release could not go on,
-// and is tried again (retry).
-func (o *recorder) ReleaseRequestFailed(key, requester string, err error, retry bool) {
-	o.Log.LogAttrs(context.Background(), slog.LevelWarn, "keyorder/subscriber: release request failed",
-		slog.String("key", key), slog.String("requested_by", requester), slog.Any("error", err), slog.Bool("retry", retry))
-}
-
 // shutdownCut logs that a shutdown stopped waiting for the official
 // client, whose requests the server did not answer in time (see
 // ShutdownBound).

@@ -2,7 +2,6 @@ package parking
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -11,7 +10,6 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 
-	"github.com/keyorder/keyorder/ordering"
 	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/subscriber/internal/barrier"
 	"github.com/keyorder/keyorder/subscriber/internal/controllog"
@@ -72,11 +70,11 @@ const (
 // in flights and waited for by shutdown and stop; and the callers of
 // Release, the watch of release requests and its runs, counted in rel.
 type Parking struct {
-	cfg Config
-	r   *engine.Engine
-	log *controllog.Log
-	out *publisher.Publisher // copies to the parking topic
-	b   *barrier.Barrier
+	cfg  Config
+	door *engine.ParkingDoor
+	log  *controllog.Log
+	out  *publisher.Publisher // copies to the parking topic
+	b    *barrier.Barrier
 
 	// ops bounds publishes and waits; cancelled when a shutdown has
 	// waited the drain timeout for flights, and at stop.
@@ -104,10 +102,12 @@ var fastPublish = func() pubsub.PublishSettings {
 // at start.
 type Config struct {
 	Client *pubsub.Client
-	Name   string           // the subscription's full name
-	Topics *Topics          // its parking and control topics
-	Wait   time.Duration    // the parking wait (WithParkingWait)
-	Counts *engine.Counters // the subscription's counters, for Released
+	Name   string        // the subscription's full name
+	Topics *Topics       // its parking and control topics
+	Wait   time.Duration // the parking wait (WithParkingWait)
+	// Drain is the drain timeout (WithDrainTimeout), which bounds a
+	// Receive's control log's Close.
+	Drain time.Duration
 }
 
 // Topics are the topics of a subscription's parking, set up when the
@@ -121,44 +121,44 @@ type Topics struct {
 // or failed Open, waits drain for its events; only Receives publish
 // snapshots.
 func (t *Topics) LogConfig(sub string, drain time.Duration, snapshots bool) controllog.Config {
-	return controllog.Config{Subscription: sub, Retention: t.Retention, Lease: ReleaseLease, Snapshots: snapshots, Drain: drain}
+	return controllog.Config{Subscription: sub, Retention: t.Retention, Lease: releaseLease, Snapshots: snapshots, Drain: drain}
 }
 
 // seekMargin is how far before a park began its release seeks the parking
 // topic, for clocks that differ between the service's machines.
 const seekMargin = time.Minute
 
-// Start starts r's parking, and sets r's parking, the lanes' hooks into
-// it: it opens the control log, which replays it until it is caught up,
-// then follows it. It returns the parking, for its door (Receive, the push
+// Start starts the parking of door's engine, and attaches it, the lanes'
+// hooks into it: it opens the control log, which replays it until it is
+// caught up, then follows it. It returns the parking, for its door (Receive, the push
 // endpoint) to hold, and the context Receive must use, cancelled if the
 // log can no longer be followed. If parking cannot start, it returns a nil
 // context, with the error, or with nil if ctx ended meanwhile: Receive
 // then returns at once, as it would have.
-func Start(ctx context.Context, cfg Config, r *engine.Engine) (*Parking, context.Context, error) {
+func Start(ctx context.Context, cfg Config, door *engine.ParkingDoor) (*Parking, context.Context, error) {
 	// A failed Open gives up on the server within the drain timeout and
 	// a second, so that a Receive catching up returns within
 	// ShutdownBound of its ctx's end (S7).
-	lg, err := controllog.Open(ctx, cfg.Client, cfg.Topics.LogConfig(cfg.Name, r.Cfg.DrainTimeout, true))
+	lg, err := controllog.Open(ctx, cfg.Client, cfg.Topics.LogConfig(cfg.Name, cfg.Drain, true))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, nil, nil
 		}
 		return nil, nil, fmt.Errorf("keyorder/subscriber: replaying the parking control log: %w", err)
 	}
-	// A parked copy keeps its original's stamp (flight.copyOf): the
-	// publisher does not stamp (S12).
+	// A parked copy keeps its original's stamp (engine.ParkingDoor.Copy):
+	// the publisher does not stamp (S12).
 	out, err := publisher.New(cfg.Client, cfg.Topics.Park, publisher.WithPublishSettings(fastPublish), publisher.WithoutStamps())
 	if err != nil {
 		_ = lg.Close()
 		return nil, nil, err
 	}
-	p := &Parking{cfg: cfg, r: r, log: lg, out: out, stopLoop: make(chan struct{}), loopDone: make(chan struct{})}
+	p := &Parking{cfg: cfg, door: door, log: lg, out: out, stopLoop: make(chan struct{}), loopDone: make(chan struct{})}
 	p.b = barrier.New(cfg.Wait)
 	p.ops, p.cancelOps = context.WithCancel(context.Background())
 	rctx, cancel := context.WithCancelCause(ctx)
 	p.fail = cancel
-	r.SetParking(p)
+	door.Attach(p, p.cancelOps) // a shutdown gives up on ops at the drain timeout
 	go p.run()
 	p.startRequests() // park_release.go
 	return p, rctx, nil
@@ -186,14 +186,15 @@ func (p *Parking) ReleasedLately(id string) bool {
 	return p.log.View().Released(id)
 }
 
-// move moves jobs, deliveries of key, to the parking topic: it parks the
-// key first if park is "" (cause says why), publishes their copies, in
-// order, records them under the park, and waits for the park to ripen. It
-// reports whether they are parked, and so may be acked, and whether this
-// call parked the key. It reports false with a nil error when the log
+// move moves msgs, deliveries of key as the engine copies them
+// (engine.ParkingDoor.Copy), to the parking topic: it parks the key first
+// if park is "" (cause says why), publishes their copies, in order,
+// records them under the park, and waits for the park to ripen. It reports
+// whether they are parked, and so may be acked, and whether this call
+// parked the key. It reports false with a nil error when the log
 // refused them (the key was released meanwhile, or its new park ended at
 // once): they are then to run, or move again, as the view now says.
-func (p *Parking) move(ctx context.Context, key string, jobs []*engine.Job, park string, cause *engine.ParkCause) (parked, parkedIt bool, err error) {
+func (p *Parking) move(ctx context.Context, key string, msgs []*pubsub.Message, park string, cause *engine.ParkCause) (parked, parkedIt bool, err error) {
 	if cause != nil && park == "" {
 		v, err := p.log.Record(ctx, controllog.Event{Kind: controllog.Park, Key: key, Msg: cause.ID, Err: cause.Err})
 		if err != nil {
@@ -204,16 +205,16 @@ func (p *Parking) move(ctx context.Context, key string, jobs []*engine.Job, park
 		}
 		parkedIt = v.Applied
 	}
-	results := make([]*publisher.Result, len(jobs))
-	for i, j := range jobs {
-		results[i] = p.out.Publish(ctx, p.copyOf(j, park, cause), publisher.WithOrderingKey(key))
+	results := make([]*publisher.Result, len(msgs))
+	for i, m := range msgs {
+		results[i] = p.out.Publish(ctx, p.copyOf(m, park, cause), publisher.WithOrderingKey(key))
 	}
-	ids := make([]string, len(jobs))
+	ids := make([]string, len(msgs))
 	for i, res := range results {
 		if _, err := res.Get(ctx); err != nil {
 			return false, parkedIt, err
 		}
-		ids[i] = jobs[i].D.ID
+		ids[i] = msgs[i].ID
 	}
 	// The copies are stored before the log says they are parked: a
 	// release never waits for a copy that does not exist.
@@ -251,34 +252,20 @@ func (p *Parking) ripen(ctx context.Context, key string) error {
 	}
 }
 
-// copyOf is the parking topic's copy of j's message, parked under park;
-// cause is why the key parked, if it did with this move.
-func (p *Parking) copyOf(j *engine.Job, park string, cause *engine.ParkCause) *publisher.Message {
-	m := j.Msg
-	headers := make(map[string]string, len(m.Attributes)+6+ordering.StampAttributes)
-	for k, v := range m.Attributes {
-		if k != ordering.Header { // the key travels as the ordering key (P2)
-			headers[k] = v
-		}
-	}
-	// The original's stamp, which Delivery took out of the attributes:
-	// the released message is the same message of the same producer, and
-	// a store that applies it once (examples/inbox) must know it.
-	if j.D.Seq != 0 {
-		ordering.Stamp{Producer: j.D.Producer, Seq: j.D.Seq}.Put(headers)
-		if j.Stamp.Sig != "" { // for the release to verify it again (stampkey.go)
-			headers[ordering.SignatureAttribute] = j.Stamp.Sig
-		}
-	}
+// copyOf is the parking topic's copy of m, a message as the engine copies
+// it, parked under park; cause is why the key parked, if it did with this
+// move.
+func (p *Parking) copyOf(m *pubsub.Message, park string, cause *engine.ParkCause) *publisher.Message {
+	headers := m.Attributes // the copy's own
 	headers[AttrParkID] = park
-	headers[AttrMessageID] = j.D.ID
+	headers[AttrMessageID] = m.ID
 	// The rest as room allows: the service takes 100 attributes.
 	extra := [][2]string{
 		{AttrSubscription, p.cfg.Name},
 		{AttrPublishTime, m.PublishTime.UTC().Format(time.RFC3339Nano)},
 		{AttrAttempts, "0"},
 	}
-	if c := cause; c != nil && c.ID == j.D.ID {
+	if c := cause; c != nil && c.ID == m.ID {
 		extra[2][1] = strconv.Itoa(c.Attempt)
 		extra = append(extra, [2]string{AttrError, truncateUTF8(c.Err, publisher.MaxAttributeValueBytes)})
 	}
@@ -288,19 +275,6 @@ func (p *Parking) copyOf(j *engine.Job, park string, cause *engine.ParkCause) *p
 		}
 	}
 	return &publisher.Message{Data: m.Data, Headers: headers}
-}
-
-// Told tells the WithKeyEvents callback, and the log, that key was parked
-// or unparked, cause being the message that parked it.
-func (p *Parking) Told(kind engine.KeyEventKind, key string, cause *engine.ParkCause, since time.Time, reason string) {
-	if p.r == nil {
-		return
-	}
-	k := engine.HeldKey{Key: key, MessageID: cause.ID, Since: since, Attempt: cause.Attempt}
-	if cause.Err != "" {
-		k.Err = errors.New(cause.Err)
-	}
-	p.r.Emit(engine.KeyEvent{Kind: kind, HeldKey: k, Reason: reason, At: time.Now()})
 }
 
 // Ops ends when a shutdown, or the Close of a push endpoint, gives up on
@@ -316,11 +290,12 @@ func (p *Parking) DivertPush(ctx context.Context, j *engine.Job) (bool, error) {
 			return false, err
 		}
 	}
-	park := p.log.View().ParkID(j.D.Key)
+	m := p.door.Copy(j)
+	park := p.log.View().ParkID(m.OrderingKey)
 	if park == "" {
 		return false, nil
 	}
-	parked, _, err := p.move(ctx, j.D.Key, []*engine.Job{j}, park, nil)
+	parked, _, err := p.move(ctx, m.OrderingKey, []*pubsub.Message{m}, park, nil)
 	return parked, err
 }
 
@@ -329,7 +304,8 @@ func (p *Parking) DivertPush(ctx context.Context, j *engine.Job) (bool, error) {
 // to tell of if this call parked the key.
 func (p *Parking) ParkPush(ctx context.Context, j *engine.Job, err error) (bool, *engine.ParkCause, error) {
 	cause := engine.CauseOf(j, err)
-	parked, parkedIt, merr := p.move(ctx, j.D.Key, []*engine.Job{j}, "", cause)
+	m := p.door.Copy(j)
+	parked, parkedIt, merr := p.move(ctx, m.OrderingKey, []*pubsub.Message{m}, "", cause)
 	if !parkedIt {
 		cause = nil
 	}
@@ -348,10 +324,14 @@ func (p *Parking) Fly(key string, jobs []*engine.Job, park string, cause *engine
 	p.flights.Add(1)
 	go func() {
 		defer p.flights.Done()
-		parked, parkedIt, err := p.move(p.ops, key, jobs, park, cause)
+		msgs := make([]*pubsub.Message, len(jobs))
+		for i, j := range jobs {
+			msgs[i] = p.door.Copy(j)
+		}
+		parked, parkedIt, err := p.move(p.ops, key, msgs, park, cause)
 		land(parked, err)
 		if parkedIt {
-			p.Told(engine.KeyParked, key, cause, time.Now(), "")
+			p.door.Parked(key, cause, time.Now())
 		}
 	}()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -12,8 +13,6 @@ import (
 	"github.com/keyorder/keyorder/internal/backoff"
 	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/subscriber/internal/controllog"
-
-	"github.com/keyorder/keyorder/subscriber/internal/engine"
 )
 
 // A ParkedKey is a key parked, as the facade's ParkedKey (an alias)
@@ -81,7 +80,7 @@ func parkedKeys(lg *controllog.Log) []ParkedKey {
 // door's parking, or else asks for it and waits while a Receive on any
 // process carries it out.
 func Release(ctx context.Context, cfg Config, p *Parking, key string) error {
-	if p != nil && !p.r.Stopped() {
+	if p != nil && !p.stopped() {
 		return p.release(ctx, key)
 	}
 	return askRelease(ctx, cfg, key, true)
@@ -211,8 +210,18 @@ func (p *Parking) syncTo(ctx context.Context, fence uint64) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-p.r.Stopping():
+	case <-p.door.Stopping():
 		return ErrNotReceiving
+	}
+}
+
+// stopped reports whether the engine of p's door has stopped.
+func (p *Parking) stopped() bool {
+	select {
+	case <-p.door.Stopping():
+		return true
+	default:
+		return false
 	}
 }
 
@@ -246,20 +255,27 @@ func (p *Parking) barrierRound() {
 // at once, uncounted. Any other failure counts, and waits
 // controlBackoff(tries).
 func controlRetry(tries int, err error) (time.Duration, int) {
-	if engine.SkippedTail(err) {
+	if skippedTail(err) {
 		return 0, tries
 	}
 	return controlBackoff(tries + 1), tries + 1
 }
 
-// controlBackoff is the wait before the next try of a publish to the
-// control log after its tries-th failure: 100 ms, doubling up to 2 s. It
-// is the control log's own, not WithBackoff's, which spaces a handler's
-// retries and may be minutes: a marker, a release's progress or a claim
-// that failed with another event's publish must not wait that long.
-func controlBackoff(tries int) time.Duration {
-	return backoff.Doubling(100*time.Millisecond, 2*time.Second, tries)
+// skippedTail reports whether err is a publish failed unsent, as the tail
+// of another message's failure.
+func skippedTail(err error) bool {
+	pe, ok := errors.AsType[*publisher.PublishError](err)
+	return ok && pe.Skipped
 }
+
+// controlBackoff is the wait before the next try of a publish to the
+// control log after its tries-th failure: 100 ms, doubling up to 2 s
+// (backoff.Publish, which a lane's flight to the parking topic waits
+// too). It is the control log's own, not WithBackoff's, which spaces a
+// handler's retries and may be minutes: a marker, a release's progress or
+// a claim that failed with another event's publish must not wait that
+// long.
+func controlBackoff(tries int) time.Duration { return backoff.Publish(tries) }
 
 // startRequests starts the Receive's watch of release requests, counted in
 // p.rel with the releases it runs, so that the shutdown waits for them
@@ -290,7 +306,7 @@ func (p *Parking) serveRequests() {
 			timer.Reset(time.Until(next))
 		}
 		select {
-		case <-p.r.Stopping():
+		case <-p.door.Stopping():
 			return
 		case <-changed:
 		case <-p.rel.ended():
@@ -311,7 +327,7 @@ func (p *Parking) serveRequests() {
 func (p *Parking) claimRequests(rt *requestRuns) (next time.Time, ok bool) {
 	pending := p.log.PendingReleases()
 	rt.forgetBut(pending)
-	claim, next := controllog.Claimable(pending, p.log.ID(), ReleaseLease, time.Now(), rt.after)
+	claim, next := controllog.Claimable(pending, p.log.ID(), releaseLease, time.Now(), rt.after)
 	for _, pr := range claim {
 		switch err := p.rel.enter(pr.Key); {
 		case errors.Is(err, ErrNotReceiving):
@@ -343,16 +359,17 @@ func (p *Parking) carryOut(pr controllog.PendingRelease, rt *requestRuns) {
 		// whose publish to the control log failed goes again after
 		// controlBackoff; one that ended for another reason (the parking
 		// topic unreadable, the clock) after the handler's backoff.
-		retry := err != nil && !over && !engine.SkippedTail(err) && !errors.Is(err, ErrReleasing)
-		backoff := p.r.Backoff
+		retry := err != nil && !over && !skippedTail(err) && !errors.Is(err, ErrReleasing)
+		backoff := p.door.Backoff
 		if _, ok := errors.AsType[*publisher.PublishError](err); ok {
 			backoff = controlBackoff
 		}
 		rt.ended(pr.Key, retry, backoff)
 		p.rel.exit(pr.Key) // wakes the watch
-		if err != nil && !errors.Is(err, ErrNotReceiving) && !errors.Is(err, ErrNotParked) && !errors.Is(err, ErrReleasing) && !errors.Is(err, errRequestEnded) && !engine.SkippedTail(err) {
+		if err != nil && !errors.Is(err, ErrNotReceiving) && !errors.Is(err, ErrNotParked) && !errors.Is(err, ErrReleasing) && !errors.Is(err, errRequestEnded) && !skippedTail(err) {
 			// ErrReleasing: another Receive won the claim, or took over.
-			p.r.Obs.ReleaseRequestFailed(pr.Key, pr.Requester, err, retry)
+			p.door.Log().LogAttrs(context.Background(), slog.LevelWarn, "keyorder/subscriber: release request failed",
+				slog.String("key", pr.Key), slog.String("requested_by", pr.Requester), slog.Any("error", err), slog.Bool("retry", retry))
 		}
 	}()
 	err = p.sync(p.ops)
@@ -389,26 +406,13 @@ func (p *Parking) run() {
 }
 
 // Shutdown ends what parking does for a stopping Receive: releases stop
-// before their next message, and flights land. Both get what is left of
-// the drain timeout, which the handlers had too; then handlers are
-// cancelled and the flights' waits given up, their deliveries nacked.
+// before their next message, and flights land. The engine gives it what
+// is left of the drain timeout, which the handlers had too; then it
+// cancels the handlers and the flights' waits (cancelOps, given to
+// Attach), their deliveries nacked.
 func (p *Parking) Shutdown() {
-	drained, timedOut := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(timedOut)
-		t := time.NewTimer(time.Until(p.r.Ending.DrainEnd(p.r.Cfg.DrainTimeout)))
-		defer t.Stop()
-		select {
-		case <-t.C:
-			p.r.CancelHandlers()
-			p.cancelOps()
-		case <-drained:
-		}
-	}()
 	p.rel.close()
 	p.flights.Wait()
-	close(drained)
-	<-timedOut
 }
 
 // Stop stops the parking component once the official Receive has
@@ -419,7 +423,7 @@ func (p *Parking) Stop(err error) error {
 	close(p.stopLoop)
 	p.cancelOps() // a marker on its way is not waited for
 	<-p.loopDone
-	late := p.r.Ending.Deadline()
+	late := p.door.Deadline()
 	if ferr := p.log.Shutdown(late); ferr != nil && err == nil && late.Err() == nil {
 		err = fmt.Errorf("keyorder/subscriber: following the parking control log: %w", ferr)
 	}

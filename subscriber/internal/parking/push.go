@@ -32,7 +32,7 @@ import (
 // Push runs the control log for a push endpoint.
 type Push struct {
 	cfg   Config
-	r     *engine.Engine
+	door  *engine.ParkingDoor
 	onUp  func(*Parking) // told of the parking once it is up
 	ready chan struct{}  // closed once parked is set
 	// lost is closed if the log stops being followed after it was up;
@@ -43,12 +43,12 @@ type Push struct {
 	parked *Parking           // the parking, once ready
 }
 
-// StartPush starts the control log for r, a push endpoint's engine, on a
-// goroutine of its own, until stopped; onUp is called with the parking
+// StartPush starts the control log for door, a push endpoint engine's, on
+// a goroutine of its own, until stopped; onUp is called with the parking
 // once it is up, before any push is let through.
-func StartPush(cfg Config, r *engine.Engine, onUp func(*Parking)) *Push {
+func StartPush(cfg Config, door *engine.ParkingDoor, onUp func(*Parking)) *Push {
 	ctx, cancel := context.WithCancel(context.Background())
-	pp := &Push{cfg: cfg, r: r, onUp: onUp, ready: make(chan struct{}), lost: make(chan struct{}), stop: cancel, done: make(chan struct{})}
+	pp := &Push{cfg: cfg, door: door, onUp: onUp, ready: make(chan struct{}), lost: make(chan struct{}), stop: cancel, done: make(chan struct{})}
 	go pp.run(ctx)
 	return pp
 }
@@ -56,14 +56,14 @@ func StartPush(cfg Config, r *engine.Engine, onUp func(*Parking)) *Push {
 func (pp *Push) run(ctx context.Context) {
 	defer close(pp.done)
 	for tries := 1; ; tries++ {
-		p, rctx, err := Start(ctx, pp.cfg, pp.r) // sets r.park
+		p, rctx, err := Start(ctx, pp.cfg, pp.door) // attaches p
 		if rctx != nil {
 			pp.parked = p
 			pp.onUp(p)
 			close(pp.ready)
 			<-rctx.Done()
 			if ctx.Err() == nil {
-				pp.r.Obs.Log.Error("keyorder/subscriber: the push endpoint's parking control log is no longer followed; keyed pushes are answered 503 until Close; pushes without a key run",
+				pp.door.Log().Error("keyorder/subscriber: the push endpoint's parking control log is no longer followed; keyed pushes are answered 503 until Close; pushes without a key run",
 					"error", context.Cause(rctx))
 				close(pp.lost)
 			}
@@ -72,9 +72,9 @@ func (pp *Push) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		pp.r.Obs.Log.Warn("keyorder/subscriber: could not start the push endpoint's parking control log; will try again",
+		pp.door.Log().Warn("keyorder/subscriber: could not start the push endpoint's parking control log; will try again",
 			"error", err)
-		t := time.NewTimer(pp.r.Backoff(tries))
+		t := time.NewTimer(pp.door.Backoff(tries))
 		select {
 		case <-t.C:
 		case <-ctx.Done():
@@ -99,7 +99,7 @@ func (pp *Push) Await(ctx context.Context) (push.Parked, error) {
 		return pp.parked, nil
 	case <-pp.lost:
 		return nil, push.ErrParkingLost
-	case <-pp.r.Stopping():
+	case <-pp.door.Stopping():
 		return nil, push.ErrShuttingDown
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -107,9 +107,9 @@ func (pp *Push) Await(ctx context.Context) (push.Parked, error) {
 }
 
 // Told tells the WithKeyEvents callback, and the log, that a push parked
-// key; the parking is up, as the push that parked it awaited it.
+// key (kind is KeyParked, with no reason: push tells of nothing else).
 func (pp *Push) Told(kind engine.KeyEventKind, key string, cause *engine.ParkCause, since time.Time, reason string) {
-	pp.parked.Told(kind, key, cause, since, reason)
+	pp.door.Parked(key, cause, since)
 }
 
 // up returns the parking component if it is up, else nil.

@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"strings"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/keyorder/keyorder/ordering"
 	"github.com/keyorder/keyorder/subscriber/internal/controllog"
 	"github.com/keyorder/keyorder/subscriber/internal/engine"
 	"github.com/keyorder/keyorder/subscriber/internal/ephemeral"
@@ -32,22 +29,26 @@ type releaseRun struct {
 	// read and not run yet, by their message ID on the subscription.
 	done    map[string]bool
 	content map[string]*pubsub.Message
-	// last is the call path's verdict on the message running, and
-	// recorded the error of recording it, if it ran (settle); written by
-	// the call's goroutine before it ends.
-	last     engine.Verdict
-	recorded error
 }
 
 // releaseReadAhead bounds the copies a release reads ahead of the one it
 // runs.
 const releaseReadAhead = 64
 
-// ReleaseLease is how long a release's claim holds without a heartbeat,
+// releaseLease is how long a release's claim holds without a heartbeat,
 // after which another process may take the release over. It is a rule of
 // the control log (controllog.Config.Lease), the same for every process;
 // only a test that runs alone may change it (SetReleaseLease).
-var ReleaseLease = 30 * time.Second
+var releaseLease = 30 * time.Second
+
+// SetReleaseLease sets how long a release's claim holds without a
+// heartbeat, for a test that runs alone and must see one lapse, and
+// returns a function that restores it.
+func SetReleaseLease(d time.Duration) (restore func()) {
+	old := releaseLease
+	releaseLease = d
+	return func() { releaseLease = old }
+}
 
 func (rr *releaseRun) run(ctx context.Context) (err error) {
 	p := rr.p
@@ -85,7 +86,7 @@ func (rr *releaseRun) run(ctx context.Context) (err error) {
 			case err != nil:
 				return err
 			case v.Applied:
-				p.Told(engine.KeyUnparked, rr.key, &engine.ParkCause{ID: rec.Msg, Err: rec.Err}, rr.since, engine.ReasonReleased)
+				p.door.Unparked(rr.key, &engine.ParkCause{ID: rec.Msg, Err: rec.Err}, rr.since)
 				return nil
 			case v.Ended:
 				return nil
@@ -111,7 +112,7 @@ func (rr *releaseRun) run(ctx context.Context) (err error) {
 			return fmt.Errorf("keyorder/subscriber: reading the parking topic: %w", err)
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-p.r.Stopping():
+		case <-p.door.Stopping():
 			return ErrNotReceiving
 		}
 	}
@@ -128,7 +129,7 @@ func (rr *releaseRun) read(ctx context.Context) (copies <-chan *pubsub.Message, 
 	if _, err := admin.CreateSubscription(ctx, ephemeral.Subscription(rr.sub, p.cfg.Topics.Park, `attributes.`+AttrParkID+` = "`+rr.park+`"`)); err != nil {
 		return nil, nil, nil, fmt.Errorf("keyorder/subscriber: creating a release subscription: %w", err)
 	}
-	remove := func() { ephemeral.Remove(p.r.Ending.Deadline(), client, rr.sub) }
+	remove := func() { ephemeral.Remove(p.door.Deadline(), client, rr.sub) }
 	if _, err := admin.Seek(ctx, &pubsubpb.SeekRequest{
 		Subscription: rr.sub, Target: &pubsubpb.SeekRequest_Time{Time: timestamppb.New(rr.since.Add(-seekMargin))},
 	}); err != nil {
@@ -160,7 +161,7 @@ func (rr *releaseRun) read(ctx context.Context) (copies <-chan *pubsub.Message, 
 		cancel()
 		select {
 		case <-done:
-		case <-p.r.Ending.Deadline().Done(): // S7: the official client's goroutine ends on its own
+		case <-p.door.Deadline().Done(): // S7: the official client's goroutine ends on its own
 		}
 		remove()
 	}, nil
@@ -176,7 +177,7 @@ func (rr *releaseRun) heartbeat() (lost <-chan error, stop func()) {
 	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
-		tick := time.NewTicker(ReleaseLease / 3)
+		tick := time.NewTicker(releaseLease / 3)
 		defer tick.Stop()
 		for {
 			select {
@@ -195,58 +196,35 @@ func (rr *releaseRun) heartbeat() (lost <-chan error, stop func()) {
 }
 
 // runOne runs the parked message id, whose copy is m, through the call
-// path (call.go), with the retries of any message, and records it in the
-// control log once it has run, or was skipped as processed already,
-// before the next runs. It returns an error matching ErrParkedAgain if it
-// fails for good; the key then stays parked.
-//
-// Each call runs on a goroutine of its own, as a push request's does, so
-// that a handler that exits its goroutine is a failed call, retried, as
-// on every door, and the release goes on.
+// path (engine.ParkingDoor.RunParked), with the retries of any message, and
+// records it in the control log once it has run, or was skipped as
+// processed already, before the next runs. It returns an error matching
+// ErrParkedAgain if it fails for good; the key then stays parked.
 func (rr *releaseRun) runOne(ctx context.Context, id string, m *pubsub.Message) error {
-	j := &engine.Job{Ctx: ctx, D: releasedDelivery(rr.key, id, m), Redriven: engine.IsRedriven(m.Attributes)}
-	rr.p.r.CheckReleased(j, m)
-	for {
-		called := make(chan struct{})
-		go func() {
-			defer close(called)
-			rr.p.r.Call(j, rr)
-		}()
-		<-called
-		switch v := rr.last; {
-		case v.Out == engine.Acked || v.Out == engine.Deduplicated:
-			return rr.recorded
-		case v.Out == engine.Shutdown:
-			return ErrNotReceiving // no retries once shutting down (S7); the key stays parked
-		case v.Out.ForGood():
-			rr.p.Told(engine.KeyParked, rr.key, engine.CauseOf(j, v.Err), time.Now(), "") // it stays parked, with this message first
-			return fmt.Errorf("%w: %q at message %s: %w", ErrParkedAgain, rr.key, id, v.Err)
-		default:
-			if err := rr.wait(ctx, v.Delay); err != nil {
-				return err
-			}
-		}
-	}
+	published, _ := time.Parse(time.RFC3339Nano, m.Attributes[AttrPublishTime])
+	first := &pubsub.Message{ID: id, OrderingKey: rr.key, Data: m.Data, Attributes: m.Attributes, PublishTime: published}
+	return rr.p.door.RunParked(ctx, first, rr)
 }
 
-// Settle is a release's door: a parked message that ran, or was skipped
-// as processed already, is recorded in the control log before the next
-// one runs; one that failed for good stops the release, the key staying
+// Ran, FailedAgain and Stopped are a release's door
+// (engine.ReleaseDoor): a parked message that ran, or was skipped as
+// processed already, is recorded in the control log before the next one
+// runs; one that failed for good stops the release, the key staying
 // parked with it at the head (the call path gave it fresh attempts for
 // the next release).
-func (rr *releaseRun) Settle(j *engine.Job, v engine.Verdict) {
-	rr.last = v
-	id := j.D.ID
-	switch {
-	case v.Out == engine.Acked || v.Out == engine.Deduplicated:
-		rr.done[id] = true
-		delete(rr.content, id)
-		rr.p.cfg.Counts.Released.Add(1)
-		rr.recorded = rr.progress(id)
-	case v.Out.ForGood():
-		rr.stop(v.Err, id, v.Err.Error())
-	}
+func (rr *releaseRun) Ran(id string) error {
+	rr.done[id] = true
+	delete(rr.content, id)
+	return rr.progress(id)
 }
+
+func (rr *releaseRun) FailedAgain(id string, err error) error {
+	rr.stop(err, id, err.Error())
+	return fmt.Errorf("%w: %q at message %s: %w", ErrParkedAgain, rr.key, id, err)
+}
+
+// Stopped: no retries once shutting down (S7); the key stays parked.
+func (rr *releaseRun) Stopped() error { return ErrNotReceiving }
 
 // progress records that the parked message id was released. It is
 // recorded even if the release's ctx has ended meanwhile: what ran must
@@ -270,20 +248,6 @@ func (rr *releaseRun) progress(id string) error {
 	}
 }
 
-// wait waits d, or returns why the run must stop first.
-func (rr *releaseRun) wait(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-rr.p.r.Stopping():
-		return ErrNotReceiving
-	}
-}
-
 // stop ends the run's claim, the key staying parked; with err, the
 // message id failed for good again.
 func (rr *releaseRun) stop(err error, id, msg string) {
@@ -294,25 +258,4 @@ func (rr *releaseRun) stop(err error, id, msg string) {
 		ev.Msg, ev.Err = id, truncateUTF8(msg, 4096)
 	}
 	_ = rr.p.log.Publish(ctx, ev)
-}
-
-// releasedDelivery is the Delivery of a parked copy: the message as it was
-// first delivered, its stamp included, without the parking attributes.
-func releasedDelivery(key, id string, m *pubsub.Message) engine.Delivery {
-	var st ordering.Stamp
-	if parsed, err := ordering.ParseStamp(m.Attributes); err == nil {
-		st = parsed
-	}
-	headers := maps.Clone(m.Attributes)
-	for k := range headers {
-		if strings.HasPrefix(k, "keyorder-") {
-			delete(headers, k)
-		}
-	}
-	if headers == nil {
-		headers = map[string]string{}
-	}
-	headers[ordering.Header] = key
-	published, _ := time.Parse(time.RFC3339Nano, m.Attributes[AttrPublishTime])
-	return engine.Delivery{ID: id, Key: key, Data: m.Data, Headers: headers, PublishTime: published, Producer: st.Producer, Seq: st.Seq}
 }
