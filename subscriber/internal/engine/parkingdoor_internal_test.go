@@ -67,8 +67,8 @@ type releaseProbe struct {
 }
 
 var (
-	errRecorded = errors.New("recorded")
-	errStopped  = errors.New("stopped")
+	errRecorded     = errors.New("recorded")
+	errProbeStopped = errors.New("stopped")
 )
 
 func (rp *releaseProbe) Ran(id string) error { rp.ran = append(rp.ran, id); return errRecorded }
@@ -76,7 +76,7 @@ func (rp *releaseProbe) FailedAgain(id string, err error) error {
 	rp.failed, rp.failErr = append(rp.failed, id), err
 	return err
 }
-func (rp *releaseProbe) Stopped() error { return errStopped }
+func (rp *releaseProbe) Stopped() error { return errProbeStopped }
 
 // parkingEngine returns an engine, without a server, that runs h, with
 // parking, and the key events it tells.
@@ -147,12 +147,12 @@ func TestRunParked(t *testing.T) {
 		t.Parallel()
 		var r *Engine
 		r, _ = parkingEngine(t, time.Hour, func(context.Context, *Delivery) error {
-			r.StopCalls() // the wait for the next call ends with the engine
+			close(r.stopping) // the wait for the next call ends with the engine
 			return errors.New("failed")
 		})
 		rp := &releaseProbe{}
-		assert.ErrorIs(t, r.ParkingDoor().RunParked(context.Background(), parked("m1"), rp), errStopped)
-		assert.ErrorIs(t, r.ParkingDoor().RunParked(context.Background(), parked("m2"), rp), errStopped, "not run once stopped")
+		assert.ErrorIs(t, r.ParkingDoor().RunParked(context.Background(), parked("m1"), rp), errProbeStopped)
+		assert.ErrorIs(t, r.ParkingDoor().RunParked(context.Background(), parked("m2"), rp), errProbeStopped, "not run once stopped")
 		assert.Empty(t, rp.ran)
 		assert.Empty(t, rp.failed)
 	})

@@ -107,8 +107,8 @@ func (pp *Push) Await(ctx context.Context) (push.Parked, error) {
 }
 
 // Told tells the WithKeyEvents callback, and the log, that a push parked
-// key (kind is KeyParked, with no reason: push tells of nothing else).
-func (pp *Push) Told(kind engine.KeyEventKind, key string, cause *engine.ParkCause, since time.Time, reason string) {
+// key since then.
+func (pp *Push) Told(key string, cause *engine.ParkCause, since time.Time) {
 	pp.door.Parked(key, cause, since)
 }
 

@@ -70,7 +70,7 @@ type Parking interface {
 	// (ErrParkingLost).
 	Await(ctx context.Context) (Parked, error)
 	// Told tells of key parked by a push, once its answer is written.
-	Told(kind engine.KeyEventKind, key string, cause *engine.ParkCause, since time.Time, reason string)
+	Told(key string, cause *engine.ParkCause, since time.Time)
 	Drain()  // waits, at Close, for the releases running in the endpoint
 	Cancel() // gives up on what parking has under way, once Close has waited the drain
 	Close()  // stops the control log, once the endpoint has drained
@@ -165,7 +165,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	if parkedIt != nil {
 		// Told once the answer is written (S11).
-		e.parking.Told(engine.KeyParked, m.OrderingKey, parkedIt, time.Now(), "")
+		e.parking.Told(m.OrderingKey, parkedIt, time.Now())
 	}
 }
 
