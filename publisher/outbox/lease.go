@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/keyorder/keyorder/ordering"
@@ -262,13 +263,18 @@ func (ru *run) take(ctx context.Context, now time.Time, want []int) {
 			ru.r.rec.takenOver(shards, from)
 		}
 	}()
-	for _, s := range want {
-		from, ok, err := ru.grab(ctx, s, now)
+	for start := 0; start < len(want); start += markChunk {
+		chunk := want[start:min(start+markChunk, len(want))]
+		got, err := ru.grab(ctx, chunk, now)
 		if err != nil {
 			ru.r.rec.dbFailed("take a lease", err)
 			return
 		}
-		if ok {
+		for _, s := range chunk {
+			from, ok := got[s]
+			if !ok {
+				continue
+			}
 			ru.owned[s] = true
 			ru.takes++
 			ru.fresh[s] = ru.takes
@@ -320,30 +326,46 @@ func (ru *run) repair(ctx context.Context) {
 	}
 }
 
-// grab takes shard s if its lease is free or ran out, in one transaction,
-// and returns the owner whose lease ran out ("" for a free shard).
-func (ru *run) grab(ctx context.Context, s int, now time.Time) (from string, ok bool, err error) {
+// grab takes the shards of want whose lease is free or ran out, in one
+// transaction of two statements whatever their number up to markChunk (a
+// relay starting takes them all at once, and its first events wait for
+// it), and returns
+// those it took, each to the owner whose lease ran out ("" for a free
+// shard).
+func (ru *run) grab(ctx context.Context, want []int, now time.Time) (map[int]string, error) {
 	o := ru.r.o
 	tx, err := o.db.BeginTx(ctx, nil)
 	if err != nil {
-		return "", false, err
+		return nil, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	err = tx.QueryRowContext(ctx, o.d.Rebind(`SELECT owner FROM `+o.t.leases+` WHERE shard = ?`), s).Scan(&from)
-	if err != nil && err != sql.ErrNoRows {
-		return "", false, err
+	was := map[int]string{}
+	rs, err := tx.QueryContext(ctx, `SELECT shard, owner FROM `+o.t.leases+` WHERE `+inList(want))
+	if err == nil {
+		err = scanLeases(rs, was)
 	}
-	q := o.d.Rebind(`INSERT INTO ` + o.t.leases + ` (shard, owner, expires) VALUES (?, ?, ?)
-		ON CONFLICT (shard) DO UPDATE SET owner = excluded.owner, expires = excluded.expires
-		WHERE ` + o.t.leases + `.expires < ?`)
-	res, err := tx.ExecContext(ctx, q, s, ru.r.id, now.Add(ru.r.cfg.lease).UnixNano(), now.UnixNano())
 	if err != nil {
-		return "", false, err
+		return nil, err
 	}
-	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return "", false, err
+	exp := now.Add(ru.r.cfg.lease).UnixNano()
+	args := make([]any, 0, 3*len(want)+1)
+	for _, s := range want {
+		args = append(args, s, ru.r.id, exp)
 	}
-	return from, true, tx.Commit()
+	args = append(args, now.UnixNano())
+	q := o.d.Rebind(`INSERT INTO ` + o.t.leases + ` (shard, owner, expires) VALUES ` +
+		strings.TrimSuffix(strings.Repeat("(?, ?, ?),", len(want)), ",") + `
+		ON CONFLICT (shard) DO UPDATE SET owner = excluded.owner, expires = excluded.expires
+		WHERE ` + o.t.leases + `.expires < ? RETURNING shard`)
+	got := map[int]string{}
+	shards, err := queryShards(ctx, tx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range shards {
+		got[s] = was[s]
+	}
+	return got, tx.Commit()
 }
 
 func scanLeases(rs *sql.Rows, into map[int]string) error {
@@ -361,7 +383,15 @@ func scanLeases(rs *sql.Rows, into map[int]string) error {
 
 // shards runs q, which selects shard numbers.
 func (ru *run) shards(ctx context.Context, q string, args ...any) ([]int, error) {
-	rs, err := ru.r.o.db.QueryContext(ctx, q, args...)
+	return queryShards(ctx, ru.r.o.db, q, args...)
+}
+
+// queryShards runs q on db, a *sql.DB or a *sql.Tx, and returns the shard
+// numbers it selects, in order.
+func queryShards(ctx context.Context, db interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, q string, args ...any) ([]int, error) {
+	rs, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
