@@ -159,6 +159,8 @@ func (r *Relay) Run(ctx context.Context) error {
 			}
 		case <-settleSoon.C:
 			ready = ru.settleAndRead(ctx, ready)
+		case err := <-ru.deleted:
+			ru.deleteDone(ctx, err)
 		case <-poll.C:
 			ru.read(ctx)
 			poll.Reset(r.cfg.poll)

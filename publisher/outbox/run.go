@@ -37,7 +37,16 @@ type run struct {
 	gen          int                // numbers the chains
 	closed       bool               // the publisher is closed: Run returns ErrClosed
 
-	done        chan *batch // from waiters, to Run; unbuffered
+	done chan *batch // from waiters, to Run; unbuffered
+	// The delete of what the service took runs beside Run, one at a time,
+	// so that Run reads, marks and publishes meanwhile: dels are the
+	// batches settled and not yet given to a delete, deleting those of
+	// the delete under way (nil if none), whose error comes on deleted.
+	// A chain stays in keys until its batches' deletes are done, so that
+	// no read takes its events, taken and not yet deleted, for pending.
+	dels        []*batch
+	deleting    []*batch
+	deleted     chan error // buffered: the delete never waits for Run
 	waitCtx     context.Context
 	stopWaiting context.CancelFunc // ends the waiters' waits at the end of Run
 	wg          sync.WaitGroup
@@ -68,6 +77,7 @@ type chain struct {
 	next    int64             // the number after the last one published
 	last    *publisher.Result // the last one's Result
 	batches int               // batches of the chain not settled
+	deletes int               // batches settled whose delete is not done
 	failed  bool              // one of them failed: publish nothing more
 	gen     int
 	// settleNext is the first number of the chain's earliest batch not
@@ -102,7 +112,7 @@ func newRun(r *Relay) *run {
 	ru := &run{
 		r: r, owned: map[int]bool{}, leaving: map[int]bool{}, fresh: map[int]int{}, seenFree: map[int]bool{},
 		keys: map[string]*chain{}, failing: map[string]failure{}, resume: map[string]bool{}, aside: map[string]failure{},
-		done: make(chan *batch),
+		done: make(chan *batch), deleted: make(chan error, 1),
 	}
 	ru.waitCtx, ru.stopWaiting = context.WithCancel(context.Background())
 	return ru

@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// settle deletes the events the service took, and keeps the keys that
-// failed back for a while.
+// settle counts what the service took, keeps the keys that failed back
+// for a while, and has the events taken deleted (startDelete).
 func (ru *run) settle(ctx context.Context, bs []*batch) {
 	bs = ru.inOrder(bs)
 	if len(bs) == 0 {
@@ -40,14 +40,33 @@ func (ru *run) settle(ctx context.Context, bs []*batch) {
 				ru.failing[b.key] = f
 			}
 		}
-		if c.batches == 0 {
-			delete(ru.keys, b.key)
-			if c.failed {
-				ru.resume[b.key] = true // its failed tail is marked sent
-			}
-		}
+		c.deletes++
 	}
-	if err := ru.delete(ctx, bs); err != nil {
+	ru.dels = append(ru.dels, bs...)
+	ru.startDelete(ctx)
+}
+
+// startDelete starts the delete of the batches settled, unless one is
+// under way: it runs beside Run, which goes on reading and publishing.
+func (ru *run) startDelete(ctx context.Context) {
+	if ru.deleting != nil || len(ru.dels) == 0 {
+		return
+	}
+	ru.deleting, ru.dels = ru.dels, nil
+	ru.wg.Add(1)
+	go func(bs []*batch) {
+		defer ru.wg.Done()
+		ru.deleted <- ru.delete(ctx, bs)
+	}(ru.deleting)
+}
+
+// deleteDone ends the delete under way, whose error is err, lets go of
+// the chains whose batches are all settled and deleted, and starts the
+// next delete.
+func (ru *run) deleteDone(ctx context.Context, err error) {
+	bs := ru.deleting
+	ru.deleting = nil
+	if err != nil {
 		// The events stay, marked sent: the keys are read whole again
 		// later, and the events sent again, copies, then deleted.
 		for _, b := range bs {
@@ -59,6 +78,17 @@ func (ru *run) settle(ctx context.Context, bs []*batch) {
 			ru.r.rec.dbFailed("delete published events", err)
 		}
 	}
+	for _, b := range bs {
+		c := ru.keys[b.key]
+		c.deletes--
+		if c.batches == 0 && c.deletes == 0 {
+			delete(ru.keys, b.key)
+			if c.failed {
+				ru.resume[b.key] = true // its failed tail is marked sent
+			}
+		}
+	}
+	ru.startDelete(ctx)
 }
 
 // inOrder returns the batches of bs to settle now, each chain's in their
@@ -99,7 +129,8 @@ func backoff(n int) time.Duration {
 // batches in bs to the last one taken, since a publish taken means every
 // one before it in its chain was (WithAfter). Nothing below a chain's
 // batches is deleted on their word: were a chain ever started above
-// events not taken, they would be sent late, not lost.
+// events not taken, they would be sent late, not lost. It runs beside
+// Run, and reads only bs, which Run no longer writes, and the outbox.
 func (ru *run) delete(ctx context.Context, bs []*batch) error {
 	from, upTo := map[string]int64{}, map[string]int64{}
 	for _, b := range bs {
@@ -161,15 +192,17 @@ func perKey(n int) string {
 	return "CASE key" + strings.Repeat(" WHEN ? THEN CAST(? AS BIGINT)", n) + " END"
 }
 
-// drain waits up to the drain timeout for the batches in flight, deletes
-// what they published, and gives up the run's leases.
+// drain waits up to the drain timeout for the batches in flight and the
+// deletes of what they published, and gives up the run's leases.
 func (ru *run) drain() {
 	ctx, cancel := context.WithTimeout(context.Background(), ru.r.cfg.drain)
 	defer cancel()
-	for ru.inflightRows > 0 {
+	for ru.inflightRows > 0 || ru.deleting != nil {
 		select {
 		case b := <-ru.done:
 			ru.settle(ctx, ru.collect(nil, b))
+		case err := <-ru.deleted:
+			ru.deleteDone(ctx, err)
 		case <-ctx.Done():
 			ru.giveUp()
 			return
