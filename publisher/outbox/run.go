@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"database/sql"
 	"sync"
 	"time"
 
@@ -47,6 +48,7 @@ type run struct {
 	dels        []*batch
 	deleting    []*batch
 	deleted     chan error // buffered: the delete never waits for Run
+	delConn     *sql.Conn  // the deletes' connection (deleteExec); only the delete under way uses it
 	waitCtx     context.Context
 	stopWaiting context.CancelFunc // ends the waiters' waits at the end of Run
 	wg          sync.WaitGroup
