@@ -32,16 +32,10 @@ const stmtTimeout = 10 * time.Second
 // So an expired lease can cause copies, never disorder or loss.
 func (ru *run) leaseRound(ctx context.Context) {
 	now := time.Now()
-	if err := ru.renew(ctx, now); err != nil {
-		if ctx.Err() == nil {
-			ru.r.rec.dbFailed("renew leases", err)
-		}
-		return
-	}
-	live, err := ru.live(ctx, now)
+	live, err := ru.renew(ctx, now)
 	if err != nil {
 		if ctx.Err() == nil {
-			ru.r.rec.dbFailed("count relays", err)
+			ru.r.rec.dbFailed("renew leases", err)
 		}
 		return
 	}
@@ -115,29 +109,49 @@ func (ru *run) sweep(ctx context.Context) {
 	}
 }
 
-// renew renews the relay's row and its leases, and reads back which
-// shards it holds: a lease that ran out and was taken is gone.
-func (ru *run) renew(ctx context.Context, now time.Time) error {
+// renew renews the relay's row and its leases, reads back which shards
+// it holds (a lease that ran out and was taken is gone), counts the
+// relays alive, this one included, and forgets the rows of relays dead
+// for ten leases: one transaction, so that on SQLite a renewal waits for
+// the one write lock once, not at each of its statements. (In a loaded
+// race build with 20 writers, a lease round of separate statements took
+// up to 3.6 s, and a 5 s lease lapsed between two renewals.)
+func (ru *run) renew(ctx context.Context, now time.Time) (live int, err error) {
 	o, exp := ru.r.o, now.Add(ru.r.cfg.lease).UnixNano()
+	tx, err := o.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback() }()
 	heartbeat := o.d.Rebind(`INSERT INTO ` + o.t.relays + ` (id, expires) VALUES (?, ?)
 		ON CONFLICT (id) DO UPDATE SET expires = excluded.expires`)
-	if _, err := o.db.ExecContext(ctx, heartbeat, ru.r.id, exp); err != nil {
-		return err
+	if _, err := tx.ExecContext(ctx, heartbeat, ru.r.id, exp); err != nil {
+		return 0, err
 	}
-	if _, err := o.db.ExecContext(ctx, o.d.Rebind(`UPDATE `+o.t.leases+` SET expires = ? WHERE owner = ?`), exp, ru.r.id); err != nil {
-		return err
+	if _, err := tx.ExecContext(ctx, o.d.Rebind(`UPDATE `+o.t.leases+` SET expires = ? WHERE owner = ?`), exp, ru.r.id); err != nil {
+		return 0, err
 	}
 	// No row lives longer than a lease from now: a dead relay's whose
 	// clock ran ahead, or a forged one, would hold its shards, or count
 	// as a relay, for as long as it says.
 	for _, t := range []string{o.t.relays, o.t.leases} {
-		if _, err := o.db.ExecContext(ctx, o.d.Rebind(`UPDATE `+t+` SET expires = ? WHERE expires > ?`), exp, exp); err != nil {
-			return err
+		if _, err := tx.ExecContext(ctx, o.d.Rebind(`UPDATE `+t+` SET expires = ? WHERE expires > ?`), exp, exp); err != nil {
+			return 0, err
 		}
 	}
-	shards, err := ru.shards(ctx, o.d.Rebind(`SELECT shard FROM `+o.t.leases+` WHERE owner = ?`), ru.r.id)
+	shards, err := queryShards(ctx, tx, o.d.Rebind(`SELECT shard FROM `+o.t.leases+` WHERE owner = ?`), ru.r.id)
 	if err != nil {
-		return err
+		return 0, err
+	}
+	if err := tx.QueryRowContext(ctx, o.d.Rebind(`SELECT COUNT(*) FROM `+o.t.relays+` WHERE expires > ?`), now.UnixNano()).Scan(&live); err != nil {
+		return 0, err
+	}
+	forget := now.Add(-10 * ru.r.cfg.lease).UnixNano()
+	if _, err := tx.ExecContext(ctx, o.d.Rebind(`DELETE FROM `+o.t.relays+` WHERE expires < ?`), forget); err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, err
 	}
 	held := map[int]bool{}
 	for _, s := range shards {
@@ -164,22 +178,7 @@ func (ru *run) renew(ctx context.Context, now time.Time) error {
 			delete(ru.aside, key)
 		}
 	}
-	return nil
-}
-
-// live counts the relays alive, this one included, and forgets the rows
-// of relays dead for ten leases.
-func (ru *run) live(ctx context.Context, now time.Time) (int, error) {
-	o := ru.r.o
-	var n int
-	if err := o.db.QueryRowContext(ctx, o.d.Rebind(`SELECT COUNT(*) FROM `+o.t.relays+` WHERE expires > ?`), now.UnixNano()).Scan(&n); err != nil {
-		return 0, err
-	}
-	forget := now.Add(-10 * ru.r.cfg.lease).UnixNano()
-	if _, err := o.db.ExecContext(ctx, o.d.Rebind(`DELETE FROM `+o.t.relays+` WHERE expires < ?`), forget); err != nil {
-		return 0, err
-	}
-	return max(n, 1), nil
+	return max(live, 1), nil
 }
 
 // shed moves towards holding n fewer shards, for relays that have come
@@ -379,11 +378,6 @@ func scanLeases(rs *sql.Rows, into map[int]string) error {
 		into[s] = owner
 	}
 	return rs.Err()
-}
-
-// shards runs q, which selects shard numbers.
-func (ru *run) shards(ctx context.Context, q string, args ...any) ([]int, error) {
-	return queryShards(ctx, ru.r.o.db, q, args...)
 }
 
 // queryShards runs q on db, a *sql.DB or a *sql.Tx, and returns the shard
