@@ -126,6 +126,12 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer lis.stop()
 	lis.start(ctx)
 	ru.leaseRound(ctx)
+	renewCtx, stopRenewing := context.WithCancel(ctx)
+	renewing := make(chan struct{})
+	go func() { defer close(renewing); ru.renewer(renewCtx) }()
+	// The renewer stops before the drain, whose end gives the leases up.
+	stopRenewer := func() { stopRenewing(); <-renewing }
+	defer stopRenewer()
 	leaseTick := time.NewTicker(r.cfg.lease / 3)
 	defer leaseTick.Stop()
 	poll := time.NewTimer(0)
@@ -146,6 +152,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	for !ru.closed {
 		select {
 		case <-ctx.Done():
+			stopRenewer()
 			ru.settle(ctx, ready)
 			ru.drain()
 			return nil
@@ -190,6 +197,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			lis.restart(ctx)
 		}
 	}
+	stopRenewer()
 	ru.settle(ctx, ready)
 	ru.drain()
 	return publisher.ErrClosed

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keyorder/keyorder/publisher"
@@ -25,7 +26,7 @@ type run struct {
 	leaving    map[int]bool // shards of owned to give up once nothing of theirs is in flight
 	fresh      map[int]int  // shards of owned taken since the last complete pass, to the take's number
 	takes      int          // numbers the takes
-	validUntil time.Time    // when the leases of owned run out, unless renewed
+	validUntil atomic.Int64 // when the leases of owned run out, unless renewed, in Unix ns; the renewer writes it too
 	seenFree   map[int]bool // shards the last lease round found free
 
 	pass *pass // the pass under way, nil between passes
@@ -127,7 +128,7 @@ func (ru *run) room() bool { return ru.inflightRows < ru.r.cfg.inflight }
 // or the run has no room. It reports whether it published anything.
 func (ru *run) read(ctx context.Context) bool {
 	published := false
-	for !ru.closed && len(ru.owned) > 0 && ru.room() && time.Now().Before(ru.validUntil) && ctx.Err() == nil {
+	for !ru.closed && len(ru.owned) > 0 && ru.room() && time.Now().UnixNano() < ru.validUntil.Load() && ctx.Err() == nil {
 		if ru.pass == nil {
 			ru.pass = ru.newPass()
 		}
