@@ -78,10 +78,11 @@ func New(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) (*Inbox, er
 // Close lets the inbox's prepared statement go, and gives the pool back
 // the connections the inbox keeps between messages (see the package doc,
 // The connection pool); those of calls still running go back as they
-// end. The handlers it gave
-// return [ErrClosed] from then on, without applying anything; a call
-// already running commits, or fails and rolls back. It does not close
-// the *sql.DB, which is the caller's, and it is idempotent.
+// end. The handlers it gave return [ErrClosed] from then on, without
+// applying anything; a call already running commits, or fails and rolls
+// back. It does not close the *sql.DB, which is the caller's, and it is
+// idempotent. Close the Inbox before the *sql.DB: a connection the inbox
+// keeps is closed with the pool only once given back.
 func (in *Inbox) Close() error {
 	if in.closed.Swap(true) {
 		return nil
