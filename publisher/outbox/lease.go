@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/keyorder/keyorder/ordering"
@@ -31,16 +32,10 @@ const stmtTimeout = 10 * time.Second
 // So an expired lease can cause copies, never disorder or loss.
 func (ru *run) leaseRound(ctx context.Context) {
 	now := time.Now()
-	if err := ru.renew(ctx, now); err != nil {
-		if ctx.Err() == nil {
-			ru.r.rec.dbFailed("renew leases", err)
-		}
-		return
-	}
-	live, err := ru.live(ctx, now)
+	live, err := ru.renew(ctx, now)
 	if err != nil {
 		if ctx.Err() == nil {
-			ru.r.rec.dbFailed("count relays", err)
+			ru.r.rec.dbFailed("renew leases", err)
 		}
 		return
 	}
@@ -112,73 +107,6 @@ func (ru *run) sweep(ctx context.Context) {
 			ru.resume[key] = true
 		}
 	}
-}
-
-// renew renews the relay's row and its leases, and reads back which
-// shards it holds: a lease that ran out and was taken is gone.
-func (ru *run) renew(ctx context.Context, now time.Time) error {
-	o, exp := ru.r.o, now.Add(ru.r.cfg.lease).UnixNano()
-	heartbeat := o.d.Rebind(`INSERT INTO ` + o.t.relays + ` (id, expires) VALUES (?, ?)
-		ON CONFLICT (id) DO UPDATE SET expires = excluded.expires`)
-	if _, err := o.db.ExecContext(ctx, heartbeat, ru.r.id, exp); err != nil {
-		return err
-	}
-	if _, err := o.db.ExecContext(ctx, o.d.Rebind(`UPDATE `+o.t.leases+` SET expires = ? WHERE owner = ?`), exp, ru.r.id); err != nil {
-		return err
-	}
-	// No row lives longer than a lease from now: a dead relay's whose
-	// clock ran ahead, or a forged one, would hold its shards, or count
-	// as a relay, for as long as it says.
-	for _, t := range []string{o.t.relays, o.t.leases} {
-		if _, err := o.db.ExecContext(ctx, o.d.Rebind(`UPDATE `+t+` SET expires = ? WHERE expires > ?`), exp, exp); err != nil {
-			return err
-		}
-	}
-	shards, err := ru.shards(ctx, o.d.Rebind(`SELECT shard FROM `+o.t.leases+` WHERE owner = ?`), ru.r.id)
-	if err != nil {
-		return err
-	}
-	held := map[int]bool{}
-	for _, s := range shards {
-		held[s] = true
-	}
-	for s := range ru.owned {
-		if !held[s] {
-			delete(ru.owned, s) // taken by another relay: its lease ran out
-			delete(ru.fresh, s)
-		}
-	}
-	for s := range held {
-		if !ru.owned[s] {
-			ru.owned[s] = true
-			ru.takes++
-			ru.fresh[s] = ru.takes
-		}
-	}
-	ru.validUntil = now.Add(ru.r.cfg.lease)
-	for key := range ru.failing {
-		if !ru.owned[ordering.Partition(key, o.shards)] {
-			delete(ru.failing, key) // another relay's now
-			delete(ru.resume, key)
-			delete(ru.aside, key)
-		}
-	}
-	return nil
-}
-
-// live counts the relays alive, this one included, and forgets the rows
-// of relays dead for ten leases.
-func (ru *run) live(ctx context.Context, now time.Time) (int, error) {
-	o := ru.r.o
-	var n int
-	if err := o.db.QueryRowContext(ctx, o.d.Rebind(`SELECT COUNT(*) FROM `+o.t.relays+` WHERE expires > ?`), now.UnixNano()).Scan(&n); err != nil {
-		return 0, err
-	}
-	forget := now.Add(-10 * ru.r.cfg.lease).UnixNano()
-	if _, err := o.db.ExecContext(ctx, o.d.Rebind(`DELETE FROM `+o.t.relays+` WHERE expires < ?`), forget); err != nil {
-		return 0, err
-	}
-	return max(n, 1), nil
 }
 
 // shed moves towards holding n fewer shards, for relays that have come
@@ -262,13 +190,18 @@ func (ru *run) take(ctx context.Context, now time.Time, want []int) {
 			ru.r.rec.takenOver(shards, from)
 		}
 	}()
-	for _, s := range want {
-		from, ok, err := ru.grab(ctx, s, now)
+	for start := 0; start < len(want); start += markChunk {
+		chunk := want[start:min(start+markChunk, len(want))]
+		got, err := ru.grab(ctx, chunk, now)
 		if err != nil {
 			ru.r.rec.dbFailed("take a lease", err)
 			return
 		}
-		if ok {
+		for _, s := range chunk {
+			from, ok := got[s]
+			if !ok {
+				continue
+			}
 			ru.owned[s] = true
 			ru.takes++
 			ru.fresh[s] = ru.takes
@@ -320,30 +253,46 @@ func (ru *run) repair(ctx context.Context) {
 	}
 }
 
-// grab takes shard s if its lease is free or ran out, in one transaction,
-// and returns the owner whose lease ran out ("" for a free shard).
-func (ru *run) grab(ctx context.Context, s int, now time.Time) (from string, ok bool, err error) {
+// grab takes the shards of want whose lease is free or ran out, in one
+// transaction of two statements whatever their number up to markChunk (a
+// relay starting takes them all at once, and its first events wait for
+// it), and returns
+// those it took, each to the owner whose lease ran out ("" for a free
+// shard).
+func (ru *run) grab(ctx context.Context, want []int, now time.Time) (map[int]string, error) {
 	o := ru.r.o
 	tx, err := o.db.BeginTx(ctx, nil)
 	if err != nil {
-		return "", false, err
+		return nil, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	err = tx.QueryRowContext(ctx, o.d.Rebind(`SELECT owner FROM `+o.t.leases+` WHERE shard = ?`), s).Scan(&from)
-	if err != nil && err != sql.ErrNoRows {
-		return "", false, err
+	was := map[int]string{}
+	rs, err := tx.QueryContext(ctx, `SELECT shard, owner FROM `+o.t.leases+` WHERE `+inList(want))
+	if err == nil {
+		err = scanLeases(rs, was)
 	}
-	q := o.d.Rebind(`INSERT INTO ` + o.t.leases + ` (shard, owner, expires) VALUES (?, ?, ?)
-		ON CONFLICT (shard) DO UPDATE SET owner = excluded.owner, expires = excluded.expires
-		WHERE ` + o.t.leases + `.expires < ?`)
-	res, err := tx.ExecContext(ctx, q, s, ru.r.id, now.Add(ru.r.cfg.lease).UnixNano(), now.UnixNano())
 	if err != nil {
-		return "", false, err
+		return nil, err
 	}
-	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return "", false, err
+	exp := now.Add(ru.r.cfg.lease).UnixNano()
+	args := make([]any, 0, 3*len(want)+1)
+	for _, s := range want {
+		args = append(args, s, ru.r.id, exp)
 	}
-	return from, true, tx.Commit()
+	args = append(args, now.UnixNano())
+	q := o.d.Rebind(`INSERT INTO ` + o.t.leases + ` (shard, owner, expires) VALUES ` +
+		strings.TrimSuffix(strings.Repeat("(?, ?, ?),", len(want)), ",") + `
+		ON CONFLICT (shard) DO UPDATE SET owner = excluded.owner, expires = excluded.expires
+		WHERE ` + o.t.leases + `.expires < ? RETURNING shard`)
+	got := map[int]string{}
+	shards, err := queryShards(ctx, tx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range shards {
+		got[s] = was[s]
+	}
+	return got, tx.Commit()
 }
 
 func scanLeases(rs *sql.Rows, into map[int]string) error {
@@ -359,9 +308,12 @@ func scanLeases(rs *sql.Rows, into map[int]string) error {
 	return rs.Err()
 }
 
-// shards runs q, which selects shard numbers.
-func (ru *run) shards(ctx context.Context, q string, args ...any) ([]int, error) {
-	rs, err := ru.r.o.db.QueryContext(ctx, q, args...)
+// queryShards runs q on db, a *sql.DB or a *sql.Tx, and returns the shard
+// numbers it selects, in order.
+func queryShards(ctx context.Context, db interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, q string, args ...any) ([]int, error) {
+	rs, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}

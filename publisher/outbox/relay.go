@@ -117,6 +117,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	defer r.rec.gauges()()
 	ru := newRun(r)
+	defer ru.giveBackConn() // after every delete has returned
 	defer ru.wg.Wait()
 	defer ru.stopWaiting()
 	hint, unhint := r.o.wakers.add()
@@ -125,6 +126,12 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer lis.stop()
 	lis.start(ctx)
 	ru.leaseRound(ctx)
+	renewCtx, stopRenewing := context.WithCancel(ctx)
+	renewing := make(chan struct{})
+	go func() { defer close(renewing); ru.renewer(renewCtx) }()
+	// The renewer stops before the drain, whose end gives the leases up.
+	stopRenewer := func() { stopRenewing(); <-renewing }
+	defer stopRenewer()
 	leaseTick := time.NewTicker(r.cfg.lease / 3)
 	defer leaseTick.Stop()
 	poll := time.NewTimer(0)
@@ -145,6 +152,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	for !ru.closed {
 		select {
 		case <-ctx.Done():
+			stopRenewer()
 			ru.settle(ctx, ready)
 			ru.drain()
 			return nil
@@ -159,6 +167,8 @@ func (r *Relay) Run(ctx context.Context) error {
 			}
 		case <-settleSoon.C:
 			ready = ru.settleAndRead(ctx, ready)
+		case err := <-ru.deleted:
+			ru.deleteDone(ctx, err)
 		case <-poll.C:
 			ru.read(ctx)
 			poll.Reset(r.cfg.poll)
@@ -187,6 +197,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			lis.restart(ctx)
 		}
 	}
+	stopRenewer()
 	ru.settle(ctx, ready)
 	ru.drain()
 	return publisher.ErrClosed

@@ -29,6 +29,7 @@ type Inbox struct {
 	// made is when the table was made, as its first New recorded it: a
 	// producer's first message published before it is adopted (adopt).
 	made   time.Time
+	conns  conns
 	obs    *recorder
 	closed atomic.Bool
 }
@@ -67,21 +68,26 @@ func New(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) (*Inbox, er
 	if err != nil {
 		return nil, err
 	}
-	in := &Inbox{db: db, cfg: cfg, q: newQueries(d, cfg.table), made: made, obs: newRecorder(cfg)}
+	in := &Inbox{db: db, cfg: cfg, q: newQueries(d, cfg.table), made: made, conns: conns{db: db}, obs: newRecorder(cfg)}
 	if in.lock, err = db.PrepareContext(ctx, in.q.lock); err != nil {
 		return nil, err
 	}
 	return in, nil
 }
 
-// Close lets the inbox's prepared statement go. The handlers it gave
-// return [ErrClosed] from then on, without applying anything; a call
-// already running commits, or fails and rolls back. It does not close
-// the *sql.DB, which is the caller's, and it is idempotent.
+// Close lets the inbox's prepared statement go, and gives the pool back
+// the connections the inbox keeps between messages (see the package doc,
+// The connection pool); those of calls still running go back as they
+// end. The handlers it gave return [ErrClosed] from then on, without
+// applying anything; a call already running commits, or fails and rolls
+// back. It does not close the *sql.DB, which is the caller's, and it is
+// idempotent. Close the Inbox before the *sql.DB: a connection the inbox
+// keeps is closed with the pool only once given back.
 func (in *Inbox) Close() error {
 	if in.closed.Swap(true) {
 		return nil
 	}
+	in.conns.close()
 	return in.lock.Close()
 }
 
@@ -141,14 +147,14 @@ func (in *Inbox) Handler(apply ApplyFunc) subscriber.Handler {
 // covers a panic and runtime.Goexit in apply, so that no transaction is
 // left open whatever it does.
 func (in *Inbox) record(ctx context.Context, d *subscriber.Delivery, apply ApplyFunc) (out outcome, err error) {
-	tx, err := in.db.BeginTx(ctx, nil)
+	tx, end, err := in.conns.begin(ctx)
 	if err != nil {
 		return out, err
 	}
 	done := false
 	defer func() {
 		if !done {
-			_ = tx.Rollback()
+			end(tx.Rollback() == nil)
 		}
 	}()
 	now := time.Now()
@@ -165,7 +171,9 @@ func (in *Inbox) record(ctx context.Context, d *subscriber.Delivery, apply Apply
 		}
 	}
 	done = true
-	return out, txEnded(ctx, d, tx.Commit())
+	err = tx.Commit()
+	end(err == nil)
+	return out, txEnded(ctx, d, err)
 }
 
 // txEnded names the rule an apply broke when the inbox's transaction was
@@ -189,21 +197,23 @@ func (in *Inbox) unstamped(ctx context.Context, d *subscriber.Delivery, apply Ap
 		in.obs.refused(ctx)
 		return subscriber.Permanent(fmt.Errorf("%w: message %s", ErrUnstamped, d.ID))
 	}
-	tx, err := in.db.BeginTx(ctx, nil)
+	tx, end, err := in.conns.begin(ctx)
 	if err != nil {
 		return err
 	}
 	done := false
 	defer func() {
 		if !done {
-			_ = tx.Rollback()
+			end(tx.Rollback() == nil)
 		}
 	}()
 	if err := apply(ctx, tx, d); err != nil {
 		return txEnded(ctx, d, err)
 	}
 	done = true
-	if err := tx.Commit(); err != nil {
+	err = tx.Commit()
+	end(err == nil)
+	if err != nil {
 		return txEnded(ctx, d, err)
 	}
 	in.obs.unstampedApplied(ctx)

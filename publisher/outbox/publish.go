@@ -1,0 +1,158 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/keyorder/keyorder/ordering"
+	"github.com/keyorder/keyorder/publisher"
+)
+
+// markChunk is the most keys one statement marks or deletes, which keeps
+// its arguments under both databases' bounds.
+const markChunk = 500
+
+// mark counts a send of every event of groups before they are sent, in
+// one statement per markChunk runs, and returns the groups to send: an
+// event whose count is above 0 when it is read again was sent before, and
+// its next send is counted as a re-send. It is also the fence of a lease:
+// an event is marked only while the relay's lease of its shard is live in
+// the database, so a relay that stalled past its lease sends nothing that
+// its successor may have read unmarked. A chunk that marks fewer events
+// than it names is sent none of; its keys are read whole again later.
+// On an error, it returns groups as they were.
+func (ru *run) mark(ctx context.Context, groups [][]row) ([][]row, error) {
+	o := ru.r.o
+	out := make([][]row, 0, len(groups))
+	for start := 0; start < len(groups); start += markChunk {
+		chunk := groups[start:min(start+markChunk, len(groups))]
+		args := make([]any, 0, 3*len(chunk)+2)
+		rows := 0
+		for _, g := range chunk {
+			args = append(args, g[0].key, g[0].seq, g[len(g)-1].seq)
+			rows += len(g)
+		}
+		q := ranges(len(chunk)) + ` UPDATE ` + o.t.events + ` SET sent = sent + 1 FROM v WHERE ` + o.t.events + `.key = v.key
+			AND ` + o.t.events + `.seq >= v.lo AND ` + o.t.events + `.seq <= v.hi
+			AND ` + o.t.events + `.shard IN (SELECT shard FROM ` + o.t.leases + ` WHERE owner = ? AND expires > ?)`
+		args = append(args, ru.r.id, time.Now().UnixNano())
+		res, err := o.db.ExecContext(ctx, o.d.Rebind(q), args...)
+		if err != nil {
+			return groups, err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return groups, err
+		}
+		if n == int64(rows) {
+			out = append(out, chunk...)
+			continue
+		}
+		for _, g := range chunk {
+			if n > 0 {
+				ru.resume[g[0].key] = true // marked, maybe, and not sent
+				ru.again(g[0].key)
+			}
+			ru.unpublished(g[0].key)
+		}
+	}
+	return out, nil
+}
+
+// ranges returns a WITH clause naming v the table (key, lo, hi) of n
+// rows, as one statement's arguments give them, three a row: a join with
+// it finds each key's rows by the primary key's index and bounds its
+// numbers.
+func ranges(n int) string {
+	return "WITH v (key, lo, hi) AS (VALUES " +
+		strings.TrimSuffix(strings.Repeat("(CAST(? AS TEXT), CAST(? AS BIGINT), CAST(? AS BIGINT)),", n), ",") + ")"
+}
+
+// publish publishes one key's run, stamped, behind the key's chain in
+// flight, and starts its waiter.
+func (ru *run) publish(ctx context.Context, g []row) {
+	key := g[0].key
+	c := ru.keys[key]
+	if c == nil {
+		ru.gen++
+		c = &chain{shard: g[0].shard, gen: ru.gen, settleNext: g[0].seq, parked: map[int64]*batch{}}
+		ru.keys[key] = c
+	}
+	b := &batch{key: key, shard: c.shard, first: g[0].seq, gen: c.gen, results: make([]*publisher.Result, 0, len(g))}
+	producer, again, signer := ru.r.o.producer, 0, ru.r.cfg.stampKeys
+	for _, e := range g {
+		if e.sent > 0 { // as read, before this send's mark
+			again++
+		}
+		st := ordering.Stamp{Producer: producer, Seq: ordering.MakeSeq(0, uint32(e.seq))}
+		st.Put(e.headers)
+		if signer != nil {
+			signer.Sign(e.headers, key, st, e.data)
+		}
+		// Each event goes WithAfter the one before, in this run or the
+		// chain's: if one fails, none after it is sent, even once its
+		// failure has been reported and the key resumed (P5).
+		res := ru.r.pub.Publish(ctx, &publisher.Message{Data: e.data, Headers: e.headers},
+			publisher.WithOrderingKey(key), publisher.WithAfter(c.last))
+		c.last = res
+		b.results = append(b.results, res)
+		if closedNow(res) {
+			ru.closed = true
+			break
+		}
+	}
+	c.next = g[len(b.results)-1].seq + 1
+	c.batches++
+	ru.r.rec.sent(again)
+	ru.inflightRows += len(b.results)
+	ru.wg.Add(1)
+	go ru.wait(b)
+}
+
+// closedNow reports whether res was refused because the publisher is
+// closed.
+func closedNow(res *publisher.Result) bool {
+	select {
+	case <-res.Ready():
+		_, err := res.Get(context.Background())
+		return errors.Is(err, publisher.ErrClosed)
+	default:
+		return false
+	}
+}
+
+// wait waits for b's results, in order, and hands b back to Run. It is
+// the one goroutine per batch in flight; Run waits for it.
+func (ru *run) wait(b *batch) {
+	defer ru.wg.Done()
+	for i, res := range b.results {
+		if _, err := res.Get(ru.waitCtx); err != nil {
+			if ru.waitCtx.Err() != nil {
+				return // Run has returned without this batch
+			}
+			b.err = err
+			break
+		}
+		b.ok = i + 1
+	}
+	select {
+	case ru.done <- b:
+	case <-ru.waitCtx.Done():
+	}
+}
+
+// collect appends b, and every other batch whose waiter is done now, to
+// out.
+func (ru *run) collect(out []*batch, b *batch) []*batch {
+	out = append(out, b)
+	for {
+		select {
+		case b := <-ru.done:
+			out = append(out, b)
+		default:
+			return out
+		}
+	}
+}

@@ -1,0 +1,258 @@
+package outbox
+
+import (
+	"context"
+	"strings"
+	"time"
+)
+
+// settle counts what the service took, keeps the keys that failed back
+// for a while, and has the events taken deleted (startDelete).
+func (ru *run) settle(ctx context.Context, bs []*batch) {
+	bs = ru.inOrder(bs)
+	if len(bs) == 0 {
+		return
+	}
+	// Counted, and logged, before the delete: whoever sees an event gone
+	// sees it counted, and its key's failure or recovery logged.
+	for _, b := range bs {
+		ru.r.rec.settled(b.ok, len(b.results)-b.ok)
+	}
+	now := time.Now()
+	for _, b := range bs {
+		ru.inflightRows -= len(b.results)
+		c := ru.keys[b.key]
+		c.batches--
+		f, was := ru.failing[b.key]
+		switch {
+		case b.err == nil && b.ok > 0 && was && !c.failed:
+			delete(ru.failing, b.key)
+			ru.r.rec.keyRecovered(b.key, f.count)
+		case b.err != nil:
+			c.failed = true
+			if !was {
+				ru.r.rec.keyFailed(b.key, b.first+int64(b.ok), b.err, len(b.results)-b.ok)
+			}
+			if !was || f.gen != b.gen { // once per chain: its later batches fail with it
+				f.count++
+				f.gen = b.gen
+				f.until = now.Add(backoff(f.count))
+				ru.failing[b.key] = f
+			}
+		}
+		c.deletes++
+	}
+	ru.dels = append(ru.dels, bs...)
+	ru.startDelete(ctx)
+}
+
+// startDelete starts the delete of the batches settled, unless one is
+// under way: on PostgreSQL it runs beside Run, which goes on reading and
+// publishing; on SQLite, in Run's turn.
+func (ru *run) startDelete(ctx context.Context) {
+	if ru.deleting != nil || len(ru.dels) == 0 {
+		return
+	}
+	ru.deleting, ru.dels = ru.dels, nil
+	if ru.r.o.d == SQLite {
+		// One writer at a time: a delete beside the loop's marks would
+		// make each wait for the other in SQLite's busy handler, which
+		// sleeps 1, 2, 5, 10... ms.
+		ru.deleteDone(ctx, ru.delete(ctx, ru.deleting))
+		return
+	}
+	ru.wg.Add(1)
+	go func(bs []*batch) {
+		defer ru.wg.Done()
+		ru.deleted <- ru.delete(ctx, bs)
+	}(ru.deleting)
+}
+
+// deleteDone ends the delete under way, whose error is err, lets go of
+// the chains whose batches are all settled and deleted, and starts the
+// next delete.
+func (ru *run) deleteDone(ctx context.Context, err error) {
+	bs := ru.deleting
+	ru.deleting = nil
+	if err != nil {
+		// The events stay, marked sent: the keys are read whole again
+		// later, and the events sent again, copies, then deleted.
+		for _, b := range bs {
+			if b.ok > 0 {
+				ru.resume[b.key] = true
+			}
+		}
+		if ctx.Err() == nil {
+			ru.r.rec.dbFailed("delete published events", err)
+		}
+	}
+	for _, b := range bs {
+		c := ru.keys[b.key]
+		c.deletes--
+		if c.batches == 0 && c.deletes == 0 {
+			delete(ru.keys, b.key)
+			if c.failed {
+				ru.resume[b.key] = true // its failed tail is marked sent
+			}
+		}
+	}
+	ru.startDelete(ctx)
+}
+
+// inOrder returns the batches of bs to settle now, each chain's in their
+// order, parking those whose chain has an earlier batch in flight.
+func (ru *run) inOrder(bs []*batch) []*batch {
+	for _, b := range bs {
+		ru.keys[b.key].parked[b.first] = b
+	}
+	var out []*batch
+	seen := map[string]bool{}
+	for _, b := range bs {
+		if seen[b.key] {
+			continue
+		}
+		seen[b.key] = true
+		c := ru.keys[b.key]
+		for {
+			next, ok := c.parked[c.settleNext]
+			if !ok {
+				break
+			}
+			delete(c.parked, c.settleNext)
+			c.settleNext += int64(len(next.results))
+			out = append(out, next)
+		}
+	}
+	return out
+}
+
+// backoff is the wait before a key's next run after its n-th failed run
+// in a row: 100 ms, doubling, at most 10 s.
+func backoff(n int) time.Duration {
+	return min(10*time.Second, 100*time.Millisecond<<min(n-1, 10))
+}
+
+// delete deletes the events the service took, in one statement per
+// markChunk keys: for each key, the numbers from the first of its
+// batches in bs to the last one taken, since a publish taken means every
+// one before it in its chain was (WithAfter). Nothing below a chain's
+// batches is deleted on their word: were a chain ever started above
+// events not taken, they would be sent late, not lost. It runs beside
+// Run, and reads only bs, which Run no longer writes, and the outbox.
+func (ru *run) delete(ctx context.Context, bs []*batch) error {
+	from, upTo := map[string]int64{}, map[string]int64{}
+	for _, b := range bs {
+		if b.ok > 0 {
+			if f, ok := from[b.key]; !ok || b.first < f {
+				from[b.key] = b.first
+			}
+			upTo[b.key] = max(upTo[b.key], b.first+int64(b.ok)-1)
+		}
+	}
+	if len(upTo) == 0 {
+		return nil
+	}
+	// What was published is deleted, even at shutdown.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stmtTimeout)
+	defer cancel()
+	o := ru.r.o
+	var keys, lo, hi []any
+	flush := func() error {
+		if len(keys) == 0 {
+			return nil
+		}
+		var q string
+		var args []any
+		if o.d == PostgreSQL {
+			// A join: the CASE below costs a look at every key per row.
+			q = ranges(len(keys)) + ` DELETE FROM ` + o.t.events + ` USING v WHERE ` + o.t.events + `.key = v.key AND ` +
+				o.t.events + `.seq >= v.lo AND ` + o.t.events + `.seq <= v.hi`
+			for i := range keys {
+				args = append(args, keys[i], lo[2*i+1], hi[2*i+1])
+			}
+		} else {
+			q = `DELETE FROM ` + o.t.events + ` WHERE key IN (` + placeholders(len(keys)) + `) AND seq >= ` + perKey(len(keys)) +
+				` AND seq <= ` + perKey(len(keys))
+			args = append(append(keys, lo...), hi...)
+		}
+		err := ru.deleteExec(ctx, o.d.Rebind(q), args...)
+		keys, lo, hi = keys[:0], lo[:0], hi[:0]
+		return err
+	}
+	for key, seq := range upTo {
+		keys = append(keys, key)
+		lo = append(lo, key, from[key])
+		hi = append(hi, key, seq)
+		if len(keys) == markChunk {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
+}
+
+// perKey returns a CASE on key of n keys, each with a number, as one
+// statement's arguments give them: key IN (...) finds the rows by the
+// primary key's index, and the CASE bounds each key's numbers, in one
+// statement whatever the number of keys.
+func perKey(n int) string {
+	return "CASE key" + strings.Repeat(" WHEN ? THEN CAST(? AS BIGINT)", n) + " END"
+}
+
+// drain waits up to the drain timeout for the batches in flight and the
+// deletes of what they published, and gives up the run's leases.
+func (ru *run) drain() {
+	ctx, cancel := context.WithTimeout(context.Background(), ru.r.cfg.drain)
+	defer cancel()
+	for ru.inflightRows > 0 || ru.deleting != nil {
+		select {
+		case b := <-ru.done:
+			ru.settle(ctx, ru.collect(nil, b))
+		case err := <-ru.deleted:
+			ru.deleteDone(ctx, err)
+		case <-ctx.Done():
+			ru.giveUp()
+			return
+		}
+	}
+	ru.giveUp()
+}
+
+// deleteExec runs a delete's statement, on PostgreSQL on the connection
+// the run's deletes keep from one to the next (delConn): beside the
+// loop's own statements and a writer's, a delete is a third connection
+// at once, over database/sql's default of 2 idle ones, and the pool
+// would otherwise close one and open one, a server process and its
+// handshake, delete after delete. A statement that fails gives the
+// connection back, and the next delete takes another. None is kept on a
+// pool bounded by SetMaxOpenConns, which its application sized.
+func (ru *run) deleteExec(ctx context.Context, q string, args ...any) error {
+	o := ru.r.o
+	if ru.delConn == nil && o.d == PostgreSQL && o.db.Stats().MaxOpenConnections == 0 {
+		c, err := o.db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		ru.delConn = c
+	}
+	if ru.delConn == nil {
+		_, err := o.db.ExecContext(ctx, q, args...)
+		return err
+	}
+	_, err := ru.delConn.ExecContext(ctx, q, args...)
+	if err != nil {
+		_ = ru.delConn.Close()
+		ru.delConn = nil
+	}
+	return err
+}
+
+// giveBackConn gives the deletes' connection back to the pool, once no
+// delete runs.
+func (ru *run) giveBackConn() {
+	if ru.delConn != nil {
+		_ = ru.delConn.Close()
+		ru.delConn = nil
+	}
+}
