@@ -39,14 +39,8 @@ type database struct {
 
 var databases = []database{
 	{"SQLite", inbox.SQLite, func(tb testing.TB) (*sql.DB, *sql.DB) {
-		// The file is made, and turned to WAL, by one connection first:
-		// connections that turn a new file to WAL at once may get
-		// SQLITE_BUSY without waiting (TestNewTogether saw it, 1 run in
-		// many), which is the DSN's doing, not the inbox's.
-		path := tb.TempDir() + "/inbox.db"
-		db := openDSN(tb, sqlitetest.Driver, sqlitetest.DSN(path))
-		require.NoError(tb, db.Ping())
-		return db, openDSN(tb, sqlitetest.Driver, sqlitetest.DSN(path))
+		dsn := sqlitetest.Fresh(tb) // turned to WAL before the two handles
+		return openDSN(tb, sqlitetest.Driver, dsn), openDSN(tb, sqlitetest.Driver, dsn)
 	}},
 	{"PostgreSQL", inbox.PostgreSQL, func(tb testing.TB) (*sql.DB, *sql.DB) {
 		dsn := pgtest.DSN(tb)

@@ -36,7 +36,7 @@ type dbKind struct {
 
 var kinds = []dbKind{
 	{name: "SQLite", dialect: outbox.SQLite, open: sqlitetest.Open, driver: sqlitetest.Driver,
-		dsn: func(tb testing.TB) string { return sqlitetest.DSN(tb.TempDir() + "/test.db") }},
+		dsn: sqlitetest.Fresh},
 	{name: "PostgreSQL", dialect: outbox.PostgreSQL, open: pgtest.Open, dsn: pgtest.DSN, driver: pgtest.Driver},
 }
 

@@ -33,3 +33,23 @@ func Open(tb testing.TB) *sql.DB {
 	tb.Cleanup(func() { _ = db.Close() })
 	return db
 }
+
+// Fresh makes a database in a new file under tb's temporary directory,
+// turned to WAL by one connection, and returns its DSN, for handles that
+// several "processes" open at once: connections that turn a new file to
+// WAL together may get SQLITE_BUSY at connect without waiting, which is
+// the DSN's doing, not the code under test's. Once a file is WAL it stays
+// so, and connects wait out the busy timeout.
+func Fresh(tb testing.TB) string {
+	tb.Helper()
+	dsn := DSN(filepath.Join(tb.TempDir(), "test.db"))
+	db, err := sql.Open(Driver, dsn)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Ping(); err != nil {
+		tb.Fatal(err)
+	}
+	return dsn
+}

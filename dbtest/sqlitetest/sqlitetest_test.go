@@ -1,6 +1,8 @@
 package sqlitetest
 
 import (
+	"database/sql"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -19,4 +21,15 @@ func TestOpen(t *testing.T) {
 	var timeout int
 	require.NoError(t, db.QueryRow("PRAGMA busy_timeout").Scan(&timeout))
 	require.Equal(t, 20000, timeout)
+}
+
+// TestFresh checks that Fresh's file is WAL before any other handle opens.
+func TestFresh(t *testing.T) {
+	dsn := Fresh(t)
+	db, err := sql.Open(Driver, strings.Replace(dsn, "&_pragma=journal_mode(WAL)", "", 1))
+	require.NoError(t, err)
+	defer db.Close()
+	var mode string
+	require.NoError(t, db.QueryRow("PRAGMA journal_mode").Scan(&mode))
+	require.Equal(t, "wal", mode)
 }
