@@ -3,6 +3,7 @@ package subscriber
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
@@ -98,7 +99,8 @@ func retainedTopic(ctx context.Context, client *pubsub.Client, topic string) (ti
 
 // parkingConfig is what internal/parking needs of s.
 func (s *Subscription) parkingConfig() parking.Config {
-	return parking.Config{Client: s.client, Name: s.name, Topics: s.parking, Wait: s.cfg.parkingWait, Drain: s.cfg.DrainTimeout}
+	return parking.Config{Client: s.client, Name: s.name, Topics: s.parking, Wait: s.cfg.parkingWait, Drain: s.cfg.DrainTimeout,
+		Log: s.cfg.Log().With(slog.String("subscription", s.name)), Backoff: s.cfg.Backoff}
 }
 
 // Parked lists the keys parked now, oldest first, as every process

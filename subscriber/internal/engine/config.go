@@ -7,6 +7,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/keyorder/keyorder/internal/backoff"
 	"github.com/keyorder/keyorder/ordering"
 )
 
@@ -42,6 +43,12 @@ type Facts struct {
 	Counts                      *Counters
 	// Range is the span a Replay reads; nil, off Replay, reads every message.
 	Range *Range
+}
+
+// Backoff is the wait before the next call of a message after its
+// failures-th counted failure: WithBackoff's min, doubling up to its max.
+func (c *Config) Backoff(failures int) time.Duration {
+	return backoff.Doubling(c.MinBackoff, c.MaxBackoff, failures)
 }
 
 // Log returns the logger WithLogger set, or slog.Default() as it is now,

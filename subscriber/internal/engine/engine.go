@@ -8,7 +8,6 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 
-	"github.com/keyorder/keyorder/internal/backoff"
 	"github.com/keyorder/keyorder/ordering"
 	"github.com/keyorder/keyorder/subscriber/internal/seqwindow"
 	"github.com/keyorder/keyorder/workers"
@@ -307,10 +306,8 @@ func (r *Engine) DeadLettered(j *Job) bool {
 }
 
 // Backoff is the wait before the next call of a message after its
-// failures-th counted failure: WithBackoff's min, doubling up to its max.
-func (r *Engine) Backoff(failures int) time.Duration {
-	return backoff.Doubling(r.Cfg.MinBackoff, r.Cfg.MaxBackoff, failures)
-}
+// failures-th counted failure (Config.Backoff).
+func (r *Engine) Backoff(failures int) time.Duration { return r.Cfg.Backoff(failures) }
 
 // reportError tells the WithErrorHandler callback about a failed call. A
 // panic in the callback is recovered and logged: it must not leave the

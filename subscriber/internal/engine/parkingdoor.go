@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"maps"
 	"strings"
 	"time"
@@ -70,13 +69,6 @@ func (d *ParkingDoor) Stopping() <-chan struct{} { return d.r.Stopping() }
 // server must give up (ShutdownBound), and never before the shutdown
 // began.
 func (d *ParkingDoor) Deadline() context.Context { return d.r.Ending.Deadline() }
-
-// Log is the engine's logger, its subscription named.
-func (d *ParkingDoor) Log() *slog.Logger { return d.r.Obs.Log }
-
-// Backoff is the wait before the next call of a message after its
-// failures-th counted failure (WithBackoff).
-func (d *ParkingDoor) Backoff(failures int) time.Duration { return d.r.Backoff(failures) }
 
 // Parked tells the WithKeyEvents callback, and the log, that key was
 // parked since since, cause being the message that parked it.

@@ -3,6 +3,7 @@ package parking
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -108,6 +109,10 @@ type Config struct {
 	// Drain is the drain timeout (WithDrainTimeout), which bounds a
 	// Receive's control log's Close.
 	Drain time.Duration
+	// Log is the subscription's logger, its name attached; Backoff the
+	// wait before a failed step's next try, WithBackoff's doubling.
+	Log     *slog.Logger
+	Backoff func(failures int) time.Duration
 }
 
 // Topics are the topics of a subscription's parking, set up when the

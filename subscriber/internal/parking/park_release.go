@@ -360,7 +360,7 @@ func (p *Parking) carryOut(pr controllog.PendingRelease, rt *requestRuns) {
 		// controlBackoff; one that ended for another reason (the parking
 		// topic unreadable, the clock) after the handler's backoff.
 		retry := err != nil && !over && !skippedTail(err) && !errors.Is(err, ErrReleasing)
-		backoff := p.door.Backoff
+		backoff := p.cfg.Backoff
 		if _, ok := errors.AsType[*publisher.PublishError](err); ok {
 			backoff = controlBackoff
 		}
@@ -368,7 +368,7 @@ func (p *Parking) carryOut(pr controllog.PendingRelease, rt *requestRuns) {
 		p.rel.exit(pr.Key) // wakes the watch
 		if err != nil && !errors.Is(err, ErrNotReceiving) && !errors.Is(err, ErrNotParked) && !errors.Is(err, ErrReleasing) && !errors.Is(err, errRequestEnded) && !skippedTail(err) {
 			// ErrReleasing: another Receive won the claim, or took over.
-			p.door.Log().LogAttrs(context.Background(), slog.LevelWarn, "keyorder/subscriber: release request failed",
+			p.cfg.Log.LogAttrs(context.Background(), slog.LevelWarn, "keyorder/subscriber: release request failed",
 				slog.String("key", pr.Key), slog.String("requested_by", pr.Requester), slog.Any("error", err), slog.Bool("retry", retry))
 		}
 	}()

@@ -63,7 +63,7 @@ func (pp *Push) run(ctx context.Context) {
 			close(pp.ready)
 			<-rctx.Done()
 			if ctx.Err() == nil {
-				pp.door.Log().Error("keyorder/subscriber: the push endpoint's parking control log is no longer followed; keyed pushes are answered 503 until Close; pushes without a key run",
+				pp.cfg.Log.Error("keyorder/subscriber: the push endpoint's parking control log is no longer followed; keyed pushes are answered 503 until Close; pushes without a key run",
 					"error", context.Cause(rctx))
 				close(pp.lost)
 			}
@@ -72,9 +72,9 @@ func (pp *Push) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		pp.door.Log().Warn("keyorder/subscriber: could not start the push endpoint's parking control log; will try again",
+		pp.cfg.Log.Warn("keyorder/subscriber: could not start the push endpoint's parking control log; will try again",
 			"error", err)
-		t := time.NewTimer(pp.door.Backoff(tries))
+		t := time.NewTimer(pp.cfg.Backoff(tries))
 		select {
 		case <-t.C:
 		case <-ctx.Done():
