@@ -43,6 +43,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 )
@@ -103,6 +104,9 @@ func runMain(cfg config, postgres, exe string) error {
 const (
 	sourceEnv = "KEYORDER_OUTBOX_SOURCE"
 	sinkEnv   = "KEYORDER_OUTBOX_SINK"
+	// readyEnv names the file descriptor on which a process of the story
+	// tells that it now stops on SIGTERM (signalReady).
+	readyEnv = "KEYORDER_OUTBOX_READY_FD"
 )
 
 // roleMain runs one process of the story: a writer, a relay or a replica.
@@ -136,9 +140,23 @@ func roleMain(args []string, log io.Writer) int {
 	defer cancel()
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	signalReady()
 	if err := r.run(ctx); err != nil {
 		fmt.Fprintf(log, "outbox %s %d: %v\n", r.name, r.id, err)
 		return 1
 	}
 	return 0
+}
+
+// signalReady tells the story, on the file it passed, that this process
+// now stops on SIGTERM: before, a SIGTERM would kill it by the signal's
+// default action, as a crash.
+func signalReady() {
+	fd, err := strconv.Atoi(os.Getenv(readyEnv))
+	if err != nil {
+		return // not started by the story
+	}
+	f := os.NewFile(uintptr(fd), "ready")
+	_, _ = f.Write([]byte{1})
+	_ = f.Close()
 }

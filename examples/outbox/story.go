@@ -112,11 +112,29 @@ type proc struct {
 
 func (p *proc) run() error {
 	cmd := p.start()
-	if err := cmd.Start(); err != nil {
+	ready, w, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("%s: %w", p.name, err)
+	}
+	defer ready.Close()
+	cmd.ExtraFiles = append(cmd.ExtraFiles, w)
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	cmd.Env = append(cmd.Env, readyEnv+"="+strconv.Itoa(2+len(cmd.ExtraFiles)))
+	err = cmd.Start()
+	_ = w.Close()
+	if err != nil {
 		return fmt.Errorf("%s: %w", p.name, err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
+	// Wait until the process stops on SIGTERM rather than dies by it, or
+	// has exited (the read ends at EOF), so that a stop right after a
+	// start is a stop (a CI run saw a relay restarted after its SIGKILL
+	// die by the SIGTERM that came before its handler).
+	_ = ready.SetReadDeadline(time.Now().Add(time.Minute))
+	_, _ = ready.Read(make([]byte, 1))
 	p.mu.Lock()
 	p.cmd, p.done = cmd, done
 	p.mu.Unlock()
