@@ -22,13 +22,14 @@ type row struct {
 	sent    int64             // sends counted, this one's mark included once marked
 	// first is the lowest number of the key pending when the row was read,
 	// read or not (a run must not start above it), on the key's first row
-	// of a page; 0 on the others, and if unknown.
+	// of a page, where firsts looked it up; 0 on the others, and if
+	// unknown.
 	first int64
 	bad   string // why the row cannot be published; "" if it can
 }
 
-// scan runs q, which selects key, seq, shard, data, headers, sent and the
-// key's lowest number pending, and returns its rows, each checked: a row
+// scan runs q, which selects key, seq, shard, data, headers and sent, and
+// returns its rows, each checked: a row
 // the outbox cannot publish comes back with bad set, and never fails the
 // read.
 func (ru *run) scan(ctx context.Context, q string, args ...any) ([]row, error) {
@@ -39,15 +40,11 @@ func (ru *run) scan(ctx context.Context, q string, args ...any) ([]row, error) {
 	defer rs.Close()
 	var out []row
 	for rs.Next() {
-		var key, seq, shard, data, headers, sent, first any
-		if err := rs.Scan(&key, &seq, &shard, &data, &headers, &sent, &first); err != nil {
+		var key, seq, shard, data, headers, sent any
+		if err := rs.Scan(&key, &seq, &shard, &data, &headers, &sent); err != nil {
 			return nil, err
 		}
-		r := ru.r.o.check(key, seq, shard, data, headers, sent)
-		if n, ok := first.(int64); ok {
-			r.first = n
-		}
-		out = append(out, r)
+		out = append(out, ru.r.o.check(key, seq, shard, data, headers, sent))
 	}
 	return out, rs.Err()
 }
