@@ -38,7 +38,7 @@ func (ru *run) mark(ctx context.Context, groups [][]row) ([][]row, error) {
 			AND ` + o.t.events + `.seq >= v.lo AND ` + o.t.events + `.seq <= v.hi
 			AND ` + o.t.events + `.shard IN (SELECT shard FROM ` + o.t.leases + ` WHERE owner = ? AND expires > ?)`
 		args = append(args, ru.r.id, time.Now().UnixNano())
-		res, err := o.db.ExecContext(ctx, o.d.Rebind(q), args...)
+		res, err := ru.markExec(ctx, o.d.Rebind(q), args...)
 		if err != nil {
 			return groups, err
 		}

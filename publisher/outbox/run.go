@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"database/sql"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,7 +48,7 @@ type run struct {
 	dels        []*batch
 	deleting    []*batch
 	deleted     chan error // buffered: the delete never waits for Run
-	delConn     *sql.Conn  // the deletes' connection (deleteExec); only the delete under way uses it
+	conn        keptConn   // the deletes' connection, and on SQLite the marks' (exec)
 	waitCtx     context.Context
 	stopWaiting context.CancelFunc // ends the waiters' waits at the end of Run
 	wg          sync.WaitGroup

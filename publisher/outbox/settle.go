@@ -175,7 +175,7 @@ func (ru *run) delete(ctx context.Context, bs []*batch) error {
 				` AND seq <= ` + perKey(len(keys))
 			args = append(append(keys, lo...), hi...)
 		}
-		err := ru.deleteExec(ctx, o.d.Rebind(q), args...)
+		_, err := ru.exec(ctx, o.d.Rebind(q), args...)
 		keys, lo, hi = keys[:0], lo[:0], hi[:0]
 		return err
 	}
@@ -217,42 +217,4 @@ func (ru *run) drain() {
 		}
 	}
 	ru.giveUp()
-}
-
-// deleteExec runs a delete's statement, on PostgreSQL on the connection
-// the run's deletes keep from one to the next (delConn): beside the
-// loop's own statements and a writer's, a delete is a third connection
-// at once, over database/sql's default of 2 idle ones, and the pool
-// would otherwise close one and open one, a server process and its
-// handshake, delete after delete. A statement that fails gives the
-// connection back, and the next delete takes another. None is kept on a
-// pool bounded by SetMaxOpenConns, which its application sized.
-func (ru *run) deleteExec(ctx context.Context, q string, args ...any) error {
-	o := ru.r.o
-	if ru.delConn == nil && o.d == PostgreSQL && o.db.Stats().MaxOpenConnections == 0 {
-		c, err := o.db.Conn(ctx)
-		if err != nil {
-			return err
-		}
-		ru.delConn = c
-	}
-	if ru.delConn == nil {
-		_, err := o.db.ExecContext(ctx, q, args...)
-		return err
-	}
-	_, err := ru.delConn.ExecContext(ctx, q, args...)
-	if err != nil {
-		_ = ru.delConn.Close()
-		ru.delConn = nil
-	}
-	return err
-}
-
-// giveBackConn gives the deletes' connection back to the pool, once no
-// delete runs.
-func (ru *run) giveBackConn() {
-	if ru.delConn != nil {
-		_ = ru.delConn.Close()
-		ru.delConn = nil
-	}
 }
