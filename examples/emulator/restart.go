@@ -71,6 +71,18 @@ func (c *checker) restart(ctx context.Context) (bool, string, error) {
 	sub1.ReceiveSettings.ShutdownOptions = &pubsub.ShutdownOptions{Timeout: 0} // return at once, nacking nothing
 	first := newKeySet()
 	ctx1, stop := context.WithCancel(ctx)
+	// Once it is stopped, the dead client's last acks and lease extensions
+	// go through, so that its Receive returns: Receive waits for an RPC of
+	// the client's that was in flight at the cut, and the client retries
+	// it until it gets through (a run hung here for ten minutes on a
+	// ModifyAckDeadline, with the link restored only after Receive). Its
+	// stream is gone for good all the same.
+	restored := make(chan struct{})
+	go func() {
+		defer close(restored)
+		<-ctx1.Done()
+		link.Restore()
+	}()
 	err = sub1.Receive(ctx1, func(_ context.Context, m *pubsub.Message) {
 		if string(m.Data) != "1" {
 			return // outstanding, neither acked nor nacked, when it dies
@@ -82,9 +94,7 @@ func (c *checker) restart(ctx context.Context) (bool, string, error) {
 		}
 	})
 	stop()
-	// Let the dead client's last acks through, so that its goroutines
-	// end: its stream is gone for good all the same.
-	link.Restore()
+	<-restored
 	if n := first.len(); n < restartKeys {
 		return false, fmt.Sprintf("the first Receive got %d of %d keys (%v)", n, restartKeys, err), nil
 	}
