@@ -29,9 +29,8 @@ type row struct {
 }
 
 // scan runs q, which selects key, seq, shard, data, headers and sent, and
-// returns its rows, each checked: a row
-// the outbox cannot publish comes back with bad set, and never fails the
-// read.
+// returns its rows, each checked: a row the outbox cannot publish comes
+// back with bad set, and never fails the read.
 func (ru *run) scan(ctx context.Context, q string, args ...any) ([]row, error) {
 	rs, err := ru.r.o.db.QueryContext(ctx, q, args...)
 	if err != nil {
