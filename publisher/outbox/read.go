@@ -9,12 +9,14 @@ import (
 	"github.com/keyorder/keyorder/ordering"
 )
 
-// query reads the next page of the pass, in key and number order, moves
-// the cursor on, and reports whether the page was full. Each key's events
+// query reads the next page of the pass, in key and number order, hands
+// it to handle in runs of whole keys (scan), moves the cursor on, and
+// reports whether the page was full. An error of handle's ends the read,
+// and leaves the cursor where it was. Each key's events
 // are a prefix of its pending ones: numbers are given in commit order
 // (see [Outbox.Add]), so a snapshot that holds n holds every number below
 // it.
-func (ru *run) query(ctx context.Context) ([]row, bool, error) {
+func (ru *run) query(ctx context.Context, handle func([]row) error) (bool, error) {
 	o, p := ru.r.o, ru.pass
 	var steady, fresh []int
 	for s := range ru.owned {
@@ -44,7 +46,7 @@ func (ru *run) query(ctx context.Context) ([]row, bool, error) {
 		}
 	}
 	if len(where) == 0 {
-		return nil, false, nil
+		return false, nil
 	}
 	page := `SELECT key, seq, shard, data, headers, sent FROM ` + o.t.events + ` e WHERE (` + strings.Join(where, " OR ") + `)`
 	switch {
@@ -64,19 +66,20 @@ func (ru *run) query(ctx context.Context) ([]row, bool, error) {
 	}
 	page += ` ORDER BY key, seq LIMIT ?`
 	args = append(args, limit)
-	rows, err := ru.scan(ctx, o.d.Rebind(page), args...)
+	n, last, err := ru.scan(ctx, o.d.Rebind(page), args, func(rows []row) error {
+		if err := ru.firsts(ctx, rows, steady); err != nil {
+			return err
+		}
+		return handle(rows)
+	})
 	if err != nil {
-		return nil, false, err
+		return false, err
 	}
-	if err := ru.firsts(ctx, rows, steady); err != nil {
-		return nil, false, err
-	}
-	full := len(rows) == limit
+	full := n == limit
 	if full {
-		last := rows[len(rows)-1]
 		p.started, p.key, p.seq, p.keyOnly = true, last.key, last.seq, last.bad != ""
 	}
-	return rows, full, nil
+	return full, nil
 }
 
 // firsts gives the first row of each key read from a steady shard, with

@@ -2,9 +2,12 @@ package outbox
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/keyorder/keyorder/ordering"
@@ -28,10 +31,118 @@ type row struct {
 	bad   string // why the row cannot be published; "" if it can
 }
 
-// scan runs q, which selects key, seq, shard, data, headers and sent, and
-// returns its rows, each checked: a row the outbox cannot publish comes
-// back with bad set, and never fails the read.
-func (ru *run) scan(ctx context.Context, q string, args ...any) ([]row, error) {
+// scan runs q, which selects key, seq, shard, data, headers and sent in
+// key and number order, and hands its rows, each checked, to handle, in
+// runs of whole keys and in order: a row the outbox cannot publish comes
+// with bad set, and never fails the read. It returns how many rows q
+// gave, and the last one; or the first error, of the read or of handle,
+// after which it hands nothing more.
+//
+// On SQLite, on a pool with no bound on its connections, the rows are
+// scanned on a goroutine of scan's, and handle is given what is scanned
+// each time it is ready for more, so that the first keys are marked and
+// published while the rest are still read: SQLite gives rows as it walks
+// the primary key's index, about 5 µs a row through modernc.org/sqlite,
+// and a backlog of 10,000 events took as long to read as to publish.
+// PostgreSQL sorts the page before its first row, and gives the rest at
+// about 1 µs a row: there each statement more that handle ran cost more
+// than the overlap saved (2,000 events over 50 keys, relay ÷ direct 0.63
+// in one go, 0.53 streamed). Elsewhere, and on a bounded pool, which its
+// application sized (handle's statements take connections of their own),
+// handle is given every row at the end.
+func (ru *run) scan(ctx context.Context, q string, args []any, handle func([]row) error) (int, row, error) {
+	o := ru.r.o
+	if o.d != SQLite || o.db.Stats().MaxOpenConnections != 0 {
+		rows, err := ru.scanAll(ctx, q, args)
+		if err != nil || len(rows) == 0 {
+			return 0, row{}, err
+		}
+		return len(rows), rows[len(rows)-1], handle(rows)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rs, err := o.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return 0, row{}, err
+	}
+	var (
+		mu      sync.Mutex
+		scanned []row // scanned and not yet handed over
+		n       int
+		last    row
+		end     bool  // the scan is over...
+		readErr error // ...with this error
+	)
+	more := make(chan struct{}, 1) // a row or the end came since the last take
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		defer rs.Close()
+		poke := func() {
+			select {
+			case more <- struct{}{}:
+			default:
+			}
+		}
+		var err error
+		for rs.Next() {
+			var r row
+			if r, err = scanRow(o, rs); err != nil {
+				break
+			}
+			mu.Lock()
+			scanned = append(scanned, r)
+			n++
+			last = r
+			mu.Unlock()
+			poke()
+		}
+		if err == nil {
+			err = rs.Err()
+		}
+		mu.Lock()
+		end, readErr = true, err
+		mu.Unlock()
+		poke()
+	}()
+	// take returns the rows of whole keys scanned: all of them once the
+	// scan is over, else those before the last key, which may have more.
+	take := func() (rows []row, over bool, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		cut := len(scanned)
+		if !end {
+			for cut > 0 && scanned[cut-1].key == scanned[len(scanned)-1].key {
+				cut--
+			}
+		}
+		rows = scanned[:cut:cut]
+		scanned = slices.Clone(scanned[cut:])
+		return rows, end && len(scanned) == 0, readErr
+	}
+	for {
+		<-more
+		rows, over, err := take()
+		if err != nil {
+			<-exited
+			return 0, row{}, err // before handing over the rows, as if none were read
+		}
+		if len(rows) > 0 {
+			if err := handle(rows); err != nil {
+				cancel()
+				<-exited
+				return 0, row{}, err
+			}
+		}
+		if over {
+			<-exited
+			return n, last, nil
+		}
+	}
+}
+
+// scanAll runs q and returns its rows, each checked.
+func (ru *run) scanAll(ctx context.Context, q string, args []any) ([]row, error) {
 	rs, err := ru.r.o.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
@@ -39,13 +150,22 @@ func (ru *run) scan(ctx context.Context, q string, args ...any) ([]row, error) {
 	defer rs.Close()
 	var out []row
 	for rs.Next() {
-		var key, seq, shard, data, headers, sent any
-		if err := rs.Scan(&key, &seq, &shard, &data, &headers, &sent); err != nil {
+		r, err := scanRow(ru.r.o, rs)
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, ru.r.o.check(key, seq, shard, data, headers, sent))
+		out = append(out, r)
 	}
 	return out, rs.Err()
+}
+
+// scanRow scans and checks the row rs is at.
+func scanRow(o *Outbox, rs *sql.Rows) (row, error) {
+	var key, seq, shard, data, headers, sent any
+	if err := rs.Scan(&key, &seq, &shard, &data, &headers, &sent); err != nil {
+		return row{}, err
+	}
+	return o.check(key, seq, shard, data, headers, sent), nil
 }
 
 // check turns a row's columns, as the driver gave them, into a row.

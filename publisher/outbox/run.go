@@ -131,29 +131,34 @@ func (ru *run) read(ctx context.Context) bool {
 		if ru.pass == nil {
 			ru.pass = ru.newPass()
 		}
-		rows, full, err := ru.query(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				ru.r.rec.dbFailed("read events", err)
+		full, err := ru.query(ctx, func(rows []row) error {
+			groups := ru.group(rows)
+			if len(groups) == 0 {
+				return nil
 			}
-			return published
-		}
-		groups := ru.group(rows)
-		if len(groups) > 0 {
-			if groups, err = ru.mark(ctx, groups); err != nil {
+			groups, err := ru.mark(ctx, groups)
+			if err != nil {
 				for _, g := range groups {
 					ru.resume[g[0].key] = true // marked, maybe, and not sent
 					ru.unpublished(g[0].key)
 				}
-				if ctx.Err() == nil {
-					ru.r.rec.dbFailed("mark events sent", err)
-				}
-				return published
+				return &markError{err}
 			}
-		}
-		for _, g := range groups {
-			ru.publish(ctx, g)
-			published = true
+			for _, g := range groups {
+				ru.publish(ctx, g)
+				published = true
+			}
+			return nil
+		})
+		if err != nil {
+			if ctx.Err() == nil {
+				if m, ok := err.(*markError); ok {
+					ru.r.rec.dbFailed("mark events sent", m.err)
+				} else {
+					ru.r.rec.dbFailed("read events", err)
+				}
+			}
+			return published
 		}
 		if !full {
 			ru.endPass()
@@ -162,6 +167,11 @@ func (ru *run) read(ctx context.Context) bool {
 	}
 	return published
 }
+
+// A markError is a mark's failure, which ends a read.
+type markError struct{ err error }
+
+func (e *markError) Error() string { return e.err.Error() }
 
 // newPass starts a pass: the fresh shards and the keys due are read whole.
 func (ru *run) newPass() *pass {
