@@ -65,11 +65,10 @@ func TestCheck(t *testing.T) {
 		assert.False(t, got["push requests carry an OIDC token"], "pstest does not push")
 	})
 	t.Run("Google's emulator", func(t *testing.T) {
-		// The restart probe abandons a consumer: its client's goroutines
-		// end once its last acks get through a link cut and restored,
-		// after gRPC's reconnect backoff, which may outlast goleak's
-		// look at the end of the package. They must end, so they are
-		// waited for, within a bound.
+		// The restart probe abandons a consumer and closes its client:
+		// the client's goroutines end as its connection closes, which may
+		// come after goleak's look at the end of the package. They must
+		// end, so they are waited for, within a bound.
 		before := goleak.IgnoreCurrent()
 		defer leaktest.Await(t, 2*time.Minute, before)
 		got := checked(t, harness.GoogleEmulator(t), probes)

@@ -65,23 +65,24 @@ func (c *checker) restart(ctx context.Context) (bool, string, error) {
 	if err != nil {
 		return false, "", err
 	}
-	defer dead.Close()
 	sub1 := dead.Subscriber(s.Name)
 	sub1.ReceiveSettings.MaxDurationPerAckExtension = restartLease
 	sub1.ReceiveSettings.ShutdownOptions = &pubsub.ShutdownOptions{Timeout: 0} // return at once, nacking nothing
 	first := newKeySet()
 	ctx1, stop := context.WithCancel(ctx)
-	// Once it is stopped, the dead client's last acks and lease extensions
-	// go through, so that its Receive returns: Receive waits for an RPC of
-	// the client's that was in flight at the cut, and the client retries
-	// it until it gets through (a run hung here for ten minutes on a
-	// ModifyAckDeadline, with the link restored only after Receive). Its
-	// stream is gone for good all the same.
-	restored := make(chan struct{})
+	// Once it is stopped, the dead client is closed, as a process's death
+	// closes its connections, so that its RPCs in flight end at once and
+	// its Receive returns: Receive waits for an RPC of the client's that
+	// was in flight at the cut, which the client retries until it gets
+	// through (a run hung here for ten minutes on a ModifyAckDeadline,
+	// with the link restored only after Receive), and a link restored at
+	// the stop let the client's stream come back and extend its leases past
+	// the test's end.
+	gone := make(chan struct{})
 	go func() {
-		defer close(restored)
+		defer close(gone)
 		<-ctx1.Done()
-		link.Restore()
+		_ = dead.Close()
 	}()
 	err = sub1.Receive(ctx1, func(_ context.Context, m *pubsub.Message) {
 		if string(m.Data) != "1" {
@@ -94,7 +95,7 @@ func (c *checker) restart(ctx context.Context) (bool, string, error) {
 		}
 	})
 	stop()
-	<-restored
+	<-gone
 	if n := first.len(); n < restartKeys {
 		return false, fmt.Sprintf("the first Receive got %d of %d keys (%v)", n, restartKeys, err), nil
 	}
