@@ -38,8 +38,9 @@ type row struct {
 // gave, and the last one; or the first error, of the read or of handle,
 // after which it hands nothing more.
 //
-// On SQLite, on a pool with no bound on its connections, the rows are
-// scanned on a goroutine of scan's, and handle is given what is scanned
+// On SQLite, on a pool with no bound on its connections, the rows of a
+// page past its first streamAfter are scanned on a goroutine of scan's,
+// and handle is given what is scanned
 // each time it is ready for more, so that the first keys are marked and
 // published while the rest are still read: SQLite gives rows as it walks
 // the primary key's index, about 5 µs a row through modernc.org/sqlite,
@@ -65,15 +66,37 @@ func (ru *run) scan(ctx context.Context, q string, args []any, handle func([]row
 	if err != nil {
 		return 0, row{}, err
 	}
+	// A page of a few rows is scanned here, whole: a goroutine and the
+	// connections of handle's statements beside the read's would cost it
+	// more than they save (commit to applied's p99 on SQLite 1.07 → 1.22
+	// times direct's, streaming every page).
+	var head []row
+	for len(head) < streamAfter && rs.Next() {
+		r, err := scanRow(o, rs)
+		if err != nil {
+			rs.Close()
+			return 0, row{}, err
+		}
+		head = append(head, r)
+	}
+	if len(head) < streamAfter {
+		err := rs.Err()
+		rs.Close()
+		if err != nil || len(head) == 0 {
+			return 0, row{}, err
+		}
+		return len(head), head[len(head)-1], handle(head)
+	}
 	var (
 		mu      sync.Mutex
-		scanned []row // scanned and not yet handed over
-		n       int
-		last    row
+		scanned = head // scanned and not yet handed over
+		n       = len(head)
+		last    = head[len(head)-1]
 		end     bool  // the scan is over...
 		readErr error // ...with this error
 	)
 	more := make(chan struct{}, 1) // a row or the end came since the last take
+	more <- struct{}{}
 	exited := make(chan struct{})
 	go func() {
 		defer close(exited)
@@ -158,6 +181,10 @@ func (ru *run) scanAll(ctx context.Context, q string, args []any) ([]row, error)
 	}
 	return out, rs.Err()
 }
+
+// streamAfter is how many rows of a page scan reads before it hands the
+// rest of the scan to a goroutine (SQLite).
+const streamAfter = 256
 
 // scanRow scans and checks the row rs is at.
 func scanRow(o *Outbox, rs *sql.Rows) (row, error) {
