@@ -39,10 +39,10 @@ type row struct {
 // after which it hands nothing more.
 //
 // On SQLite, on a pool with no bound on its connections, the rows of a
-// page past its first streamAfter are scanned on a goroutine of scan's,
-// and handle is given what is scanned
-// each time it is ready for more, so that the first keys are marked and
-// published while the rest are still read: SQLite gives rows as it walks
+// page past its first streamAfter are scanned on a goroutine (stream),
+// and handle is given what is scanned each time it is ready for more, so
+// that the first keys are marked and published while the rest are still
+// read: SQLite gives rows as it walks
 // the primary key's index, about 5 µs a row through modernc.org/sqlite,
 // and a backlog of 10,000 events took as long to read as to publish.
 // PostgreSQL sorts the page before its first row, and gives the rest at
@@ -87,6 +87,14 @@ func (ru *run) scan(ctx context.Context, q string, args []any, handle func([]row
 		}
 		return len(head), head[len(head)-1], handle(head)
 	}
+	return stream(cancel, o, rs, head, handle)
+}
+
+// stream goes on with scan's rows rs, of which head are scanned, on a
+// goroutine of its own, and hands them to handle in runs of whole keys,
+// each time handle is ready for more. It ends rs, and waits for its
+// goroutine, before it returns; cancel cancels rs's context.
+func stream(cancel context.CancelFunc, o *Outbox, rs *sql.Rows, head []row, handle func([]row) error) (int, row, error) {
 	var (
 		mu      sync.Mutex
 		scanned = head // scanned and not yet handed over
