@@ -142,6 +142,9 @@ func roleMain(args []string, log io.Writer) int {
 	defer stop()
 	signalReady()
 	if err := r.run(ctx); err != nil {
+		if r.name != "writer" && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return 0 // stopped before it ran: while it connected, say
+		}
 		fmt.Fprintf(log, "outbox %s %d: %v\n", r.name, r.id, err)
 		return 1
 	}

@@ -204,3 +204,24 @@ func TestStampKeyThroughTheEnvironment(t *testing.T) {
 	_, err = parseStampKey("abcd")
 	assert.Error(t, err, "a key of 2 bytes")
 }
+
+// TestStoppedWhileStarting checks that a relay or a replica whose run
+// ends (here by its -timeout; in the story, by the SIGTERM of a stop)
+// before it has connected exits 0, as a stop, and a writer 1: a CI run
+// saw a relay stopped right after its restart fail the story with
+// "connect: context canceled".
+func TestStoppedWhileStarting(t *testing.T) {
+	for _, tc := range []struct {
+		role string
+		want int
+	}{{"relay", 0}, {"replica", 0}, {"writer", 1}} {
+		t.Run(tc.role, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Setenv(sourceEnv, filepath.Join(dir, "writers.db"))
+			t.Setenv(sinkEnv, filepath.Join(dir, "receivers.db"))
+			var log strings.Builder
+			got := roleMain([]string{"-role", tc.role, "-addr", "localhost:1", "-timeout", "1ns"}, &log)
+			assert.Equal(t, tc.want, got, log.String())
+		})
+	}
+}
