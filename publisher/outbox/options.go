@@ -73,6 +73,9 @@ func WithStampKey(key []byte) RelayOption {
 // been committed, in any process (see [Listener]), rather than at its
 // next poll. Without it, a relay wakes at once only for the events added
 // through its own [Outbox] in its own process, and polls for the rest.
+// With it, on PostgreSQL, the relay waits for the notification of the
+// commit of its own process's [Outbox.Add] too, rather than look for it
+// while the writer's transaction lasts.
 // NewRelay returns an error matching [ErrInvalidConfig] if l is nil.
 func WithListener(l Listener) RelayOption {
 	return func(c *relayConfig) error {

@@ -139,7 +139,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	// After a wake from Add, whose transaction commits later, the relay
 	// looks 0.5, 1, 2, 4, then every 4 ms, until it finds something to
 	// publish or a poll interval has passed since the last wake; soonStep
-	// is 0 when no look is due.
+	// is 0 when no look is due. On PostgreSQL, while a listener listens,
+	// the commit's notification wakes the relay instead.
 	soon, soonStep, lastHint := time.NewTimer(time.Hour), time.Duration(0), time.Time{}
 	soon.Stop()
 	defer soon.Stop()
@@ -173,6 +174,11 @@ func (r *Relay) Run(ctx context.Context) error {
 			ru.read(ctx)
 			poll.Reset(r.cfg.poll)
 		case <-hint:
+			if lis.ch != nil && r.o.d == PostgreSQL {
+				// The listener tells of the commit: looks meanwhile would
+				// read every 4 ms for as long as the writer's transaction.
+				continue
+			}
 			lastHint = time.Now()
 			if soonStep == 0 { // else a look is due already
 				soonStep = soonFirst
