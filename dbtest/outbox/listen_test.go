@@ -3,7 +3,6 @@ package outbox_test
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -53,7 +52,12 @@ func TestListenerSparesLooks(t *testing.T) {
 	}
 	open := func(opts ...outbox.RelayOption) *side {
 		s := &side{e: newEnv(t)}
-		s.db, s.reads = openCounting(t, k, k.dsn(t))
+		s.reads = new(atomic.Int64)
+		s.db = openHooked(t, k, k.dsn(t), hooks{query: func(q string) {
+			if strings.HasPrefix(q, pageRead) {
+				s.reads.Add(1)
+			}
+		}})
 		s.ob = newOutbox(t, ctx, s.db, k)
 		var err error
 		s.r, err = outbox.NewRelay(s.ob, s.e.publisher(t), append(opts, outbox.WithPollInterval(time.Minute), outbox.WithLogger(quiet))...)
@@ -84,52 +88,4 @@ func TestListenerSparesLooks(t *testing.T) {
 	for _, s := range []*side{looking, listening} {
 		waitFor(t, s.e, "the event", func() bool { return len(s.e.srv.Messages(s.e.topic)) == 1 })
 	}
-}
-
-// openCounting opens dsn with k's driver, and counts the statements that
-// read pending events' rows, as a relay's pages do.
-func openCounting(t testing.TB, k dbKind, dsn string) (*sql.DB, *atomic.Int64) {
-	t.Helper()
-	drv := k.openDSN(t, dsn).Driver()
-	n := new(atomic.Int64)
-	db := sql.OpenDB(countingConnector{dsn: dsn, drv: drv, n: n})
-	t.Cleanup(func() { _ = db.Close() })
-	return db, n
-}
-
-type countingConnector struct {
-	dsn string
-	drv driver.Driver
-	n   *atomic.Int64
-}
-
-func (c countingConnector) Connect(context.Context) (driver.Conn, error) {
-	conn, err := c.drv.Open(c.dsn)
-	if err != nil {
-		return nil, err
-	}
-	return countingConn{conn.(wholeConn), c.n}, nil
-}
-
-func (c countingConnector) Driver() driver.Driver { return c.drv }
-
-// wholeConn is what database/sql uses of a driver's connection.
-type wholeConn interface {
-	driver.Conn
-	driver.ConnBeginTx
-	driver.ExecerContext
-	driver.QueryerContext
-	driver.Pinger
-}
-
-type countingConn struct {
-	wholeConn
-	n *atomic.Int64
-}
-
-func (c countingConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
-	if strings.HasPrefix(q, "SELECT key, seq, shard, data, headers, sent FROM") {
-		c.n.Add(1)
-	}
-	return c.wholeConn.QueryContext(ctx, q, args)
 }

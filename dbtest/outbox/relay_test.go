@@ -1,9 +1,12 @@
 package outbox_test
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -213,6 +216,50 @@ func TestRelayStoppedWithinAPage(t *testing.T) {
 		}
 		runRelay(t, r)
 		waitFor(t, e, "the outbox to empty", func() bool { return pending(t, db) == 0 })
+		v := e.view(t, ob.Producer())
+		assert.Empty(t, v.disorder)
+		assert.Equal(t, want, v.firsts)
+		assert.LessOrEqual(t, v.copies, int(r.Stats().Resent))
+	})
+}
+
+// TestMarkFailsWithinAPage fails one mark of a relay's read of a backlog
+// of 4,000 events: on SQLite the second, while the page is streamed (the
+// scan is cancelled, and its goroutine waited for), on PostgreSQL, which
+// reads a page whole, the first. The relay reports the failure, reads
+// again, and every key's events reach the topic in order, none lost.
+func TestMarkFailsWithinAPage(t *testing.T) {
+	t.Parallel()
+	eachDB(t, func(t *testing.T, k dbKind) {
+		t.Parallel()
+		ctx := harness.Context(t, testTimeout)
+		failAt := map[outbox.Dialect]int64{outbox.SQLite: 2, outbox.PostgreSQL: 1}[k.dialect]
+		var marks, failed atomic.Int64
+		db := openHooked(t, k, k.dsn(t), hooks{exec: func(q string) error {
+			if strings.Contains(q, "SET sent = sent + 1") && marks.Add(1) == failAt {
+				failed.Add(1)
+				return errors.New("injected: the mark fails")
+			}
+			return nil
+		}})
+		ob := newOutbox(t, ctx, db, k)
+		e := newEnv(t)
+		want := map[string][]string{}
+		tx, err := db.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		for i := range 4000 {
+			key, data := fmt.Sprintf("k%02d", i%40), fmt.Sprintf("e%d", i)
+			require.NoError(t, ob.Add(ctx, tx, key, &publisher.Message{Data: []byte(data)}))
+			want[key] = append(want[key], data)
+		}
+		require.NoError(t, tx.Commit())
+		var log harness.Buffer
+		r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
+		require.NoError(t, err)
+		runRelay(t, r)
+		waitFor(t, e, "the outbox to empty", func() bool { return pending(t, db) == 0 })
+		assert.EqualValues(t, 1, failed.Load(), "the mark failed once")
+		assert.Contains(t, log.String(), "injected: the mark fails")
 		v := e.view(t, ob.Producer())
 		assert.Empty(t, v.disorder)
 		assert.Equal(t, want, v.firsts)

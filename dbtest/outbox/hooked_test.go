@@ -1,0 +1,72 @@
+package outbox_test
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"testing"
+)
+
+// pageRead is how a relay's read of a page of events begins.
+const pageRead = "SELECT key, seq, shard, data, headers, sent FROM"
+
+// hooks see the statements run on a database opened by openHooked.
+type hooks struct {
+	query func(q string)       // before each query, if set
+	exec  func(q string) error // before each statement that returns no rows, if set: its error fails it
+}
+
+// openHooked opens dsn with k's driver, on connections that call h.
+func openHooked(t testing.TB, k dbKind, dsn string, h hooks) *sql.DB {
+	t.Helper()
+	drv := k.openDSN(t, dsn).Driver()
+	db := sql.OpenDB(hookedConnector{dsn: dsn, drv: drv, h: h})
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+type hookedConnector struct {
+	dsn string
+	drv driver.Driver
+	h   hooks
+}
+
+func (c hookedConnector) Connect(context.Context) (driver.Conn, error) {
+	conn, err := c.drv.Open(c.dsn)
+	if err != nil {
+		return nil, err
+	}
+	return hookedConn{conn.(wholeConn), c.h}, nil
+}
+
+func (c hookedConnector) Driver() driver.Driver { return c.drv }
+
+// wholeConn is what database/sql uses of a driver's connection.
+type wholeConn interface {
+	driver.Conn
+	driver.ConnBeginTx
+	driver.ExecerContext
+	driver.QueryerContext
+	driver.Pinger
+}
+
+type hookedConn struct {
+	wholeConn
+	h hooks
+}
+
+func (c hookedConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
+	if c.h.query != nil {
+		c.h.query(q)
+	}
+	return c.wholeConn.QueryContext(ctx, q, args)
+}
+
+func (c hookedConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
+	if c.h.exec != nil {
+		if err := c.h.exec(q); err != nil {
+			return nil, err
+		}
+	}
+	return c.wholeConn.ExecContext(ctx, q, args)
+}
