@@ -32,9 +32,9 @@ import (
 // is one round of each; the metrics are the medians over the rounds, and
 // the median of the rounds' ratios. relay-cpu-ms and direct-cpu-ms are
 // the CPU time of a round, this process's and the PostgreSQL server's
-// (the relay's until its deletes are done):
-// with no latency, both sides keep the two cores of the machines this runs
-// on busy, and relay ÷ direct follows the ratio of their CPU times.
+// (the relay's until its deletes are done): with no latency, both sides
+// keep the two cores of the machines this runs on busy, and relay ÷
+// direct follows the ratio of their CPU times.
 func BenchmarkRelayThroughput(b *testing.B) {
 	for _, lat := range []time.Duration{0, 25 * time.Millisecond} {
 		for _, shape := range [][2]int{{2000, 50}, {2000, 1000}, {10_000, 50}} {
