@@ -67,7 +67,7 @@ func benchRelay(b *testing.B, k dbKind, lat time.Duration, events, keys int) {
 	}
 	key := func(i int) string { return fmt.Sprintf("key-%d", i%keys) }
 
-	counter := k.openDSN(b, dsn) // a pool of its own, which leaves the relay's as it was
+	counter := k.openDSN(b, dsn)      // a pool of its own, which leaves the relay's as it was
 	var relayCPU, directCPU []float64 // CPU time of a round, this process's and the database server's, in ms
 	cpuSince := func(from cpuMark, into *[]float64) {
 		*into = append(*into, float64(from.since(b))/float64(time.Millisecond))
