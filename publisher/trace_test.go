@@ -59,7 +59,7 @@ func TestTracing(t *testing.T) {
 	attr := func(s tracetest.SpanStub, key string) string {
 		for _, a := range s.Attributes {
 			if string(a.Key) == key {
-				return a.Value.Emit() // the last one set
+				return a.Value.String() // the last one set
 			}
 		}
 		return ""

@@ -54,14 +54,14 @@ func (c *command) release(ctx context.Context, args []string) int {
 	}
 	done := make(chan error, 1)
 	go func() { done <- sub.Release(ctx, key) }()
-	err, lost := c.watch(ctx, sub, key, done)
+	lost, err := c.watch(ctx, sub, key, done)
 	return c.released(ctx, sub, key, err, lost)
 }
 
 // watch reports how the release of key goes until done yields its
-// outcome, which it returns, with when the server stopped answering, zero
-// if it answered last.
-func (c *command) watch(ctx context.Context, sub *subscriber.Subscription, key string, done <-chan error) (error, time.Time) {
+// outcome, which it returns, after when the server stopped answering,
+// zero if it answered last.
+func (c *command) watch(ctx context.Context, sub *subscriber.Subscription, key string, done <-chan error) (time.Time, error) {
 	start := time.Now()
 	tick := time.NewTicker(progressEvery)
 	defer tick.Stop()
@@ -71,7 +71,7 @@ func (c *command) watch(ctx context.Context, sub *subscriber.Subscription, key s
 	for {
 		select {
 		case err := <-done:
-			return err, lost
+			return lost, err
 		case <-tick.C:
 		}
 		now, ok := c.progress(ctx, sub, key, start, &lost)
