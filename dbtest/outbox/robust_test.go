@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -335,7 +336,13 @@ func TestRelayWakesOnCommit(t *testing.T) {
 		t.Parallel()
 		ctx := harness.Context(t, testTimeout)
 		dsn := k.dsn(t)
-		db, e := k.openDSN(t, dsn), newEnv(t)
+		var reads atomic.Int64
+		db := openHooked(t, k, dsn, hooks{query: func(q string) {
+			if strings.HasPrefix(q, pageRead) {
+				reads.Add(1)
+			}
+		}})
+		e := newEnv(t)
 		ob := newOutbox(t, ctx, db, k)
 		writer := ob
 		if k.dialect == outbox.PostgreSQL {
@@ -344,8 +351,11 @@ func TestRelayWakesOnCommit(t *testing.T) {
 		r, err := outbox.NewRelay(ob, e.publisher(t), relayOptions(k, dsn, outbox.WithPollInterval(time.Minute))...)
 		require.NoError(t, err)
 		runRelay(t, r)
-		waitFor(t, e, "the shards", func() bool { return r.Stats().Shards == ob.Shards() })
-		time.Sleep(50 * time.Millisecond) // past the first poll, which Run makes at once
+		// Past the first poll, which Run makes at once: the next is a
+		// minute away.
+		waitFor(t, e, "the shards and the first poll", func() bool {
+			return r.Stats().Shards == ob.Shards() && reads.Load() > 0
+		})
 		for i := range 3 {
 			start := time.Now()
 			add(t, ctx, db, writer, "a", fmt.Sprint(i))
