@@ -1,6 +1,8 @@
 package outbox_test
 
 import (
+	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -137,11 +139,7 @@ func TestRelayStoppedAndRestarted(t *testing.T) {
 		close(stop)
 		want := written()
 		runRelay(t, r)
-		waitFor(t, e, "the outbox to empty", func() bool { return pending(t, db) == 0 })
-		v := e.view(t, ob.Producer())
-		assert.Empty(t, v.disorder)
-		assert.Equal(t, want, v.firsts)
-		assert.LessOrEqual(t, v.copies, int(r.Stats().Resent))
+		allOnceInOrder(t, e, db, ob, r, want)
 	})
 }
 
@@ -195,15 +193,7 @@ func TestRelayStoppedWithinAPage(t *testing.T) {
 		db := k.open(t)
 		ob := newOutbox(t, ctx, db, k)
 		e := newEnv(t)
-		want := map[string][]string{}
-		tx, err := db.BeginTx(ctx, nil)
-		require.NoError(t, err)
-		for i := range 4000 {
-			key, data := fmt.Sprintf("k%02d", i%40), fmt.Sprintf("e%d", i)
-			require.NoError(t, ob.Add(ctx, tx, key, &publisher.Message{Data: []byte(data)}))
-			want[key] = append(want[key], data)
-		}
-		require.NoError(t, tx.Commit())
+		want := addBacklog(t, ctx, db, ob, 4000, 40)
 		r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLogger(quiet))
 		require.NoError(t, err)
 		for range 3 {
@@ -215,11 +205,7 @@ func TestRelayStoppedWithinAPage(t *testing.T) {
 			stopRun()
 		}
 		runRelay(t, r)
-		waitFor(t, e, "the outbox to empty", func() bool { return pending(t, db) == 0 })
-		v := e.view(t, ob.Producer())
-		assert.Empty(t, v.disorder)
-		assert.Equal(t, want, v.firsts)
-		assert.LessOrEqual(t, v.copies, int(r.Stats().Resent))
+		allOnceInOrder(t, e, db, ob, r, want)
 	})
 }
 
@@ -244,25 +230,41 @@ func TestMarkFailsWithinAPage(t *testing.T) {
 		}})
 		ob := newOutbox(t, ctx, db, k)
 		e := newEnv(t)
-		want := map[string][]string{}
-		tx, err := db.BeginTx(ctx, nil)
-		require.NoError(t, err)
-		for i := range 4000 {
-			key, data := fmt.Sprintf("k%02d", i%40), fmt.Sprintf("e%d", i)
-			require.NoError(t, ob.Add(ctx, tx, key, &publisher.Message{Data: []byte(data)}))
-			want[key] = append(want[key], data)
-		}
-		require.NoError(t, tx.Commit())
+		want := addBacklog(t, ctx, db, ob, 4000, 40)
 		var log harness.Buffer
 		r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
 		require.NoError(t, err)
 		runRelay(t, r)
-		waitFor(t, e, "the outbox to empty", func() bool { return pending(t, db) == 0 })
+		allOnceInOrder(t, e, db, ob, r, want)
 		assert.EqualValues(t, 1, failed.Load(), "the mark failed once")
 		assert.Contains(t, log.String(), "injected: the mark fails")
-		v := e.view(t, ob.Producer())
-		assert.Empty(t, v.disorder)
-		assert.Equal(t, want, v.firsts)
-		assert.LessOrEqual(t, v.copies, int(r.Stats().Resent))
 	})
+}
+
+// addBacklog adds n events over keys keys k00, k01... in one
+// transaction, and returns each key's data in order.
+func addBacklog(t *testing.T, ctx context.Context, db *sql.DB, ob *outbox.Outbox, n, keys int) map[string][]string {
+	t.Helper()
+	want := map[string][]string{}
+	tx, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	for i := range n {
+		key, data := fmt.Sprintf("k%02d", i%keys), fmt.Sprintf("e%d", i)
+		require.NoError(t, ob.Add(ctx, tx, key, &publisher.Message{Data: []byte(data)}))
+		want[key] = append(want[key], data)
+	}
+	require.NoError(t, tx.Commit())
+	return want
+}
+
+// allOnceInOrder waits for the outbox to empty, then checks that every
+// key's events of want are on the topic in order, none lost, with copies
+// no more than r's re-sends counted.
+func allOnceInOrder(t *testing.T, e *env, db *sql.DB, ob *outbox.Outbox, r *outbox.Relay, want map[string][]string) {
+	t.Helper()
+	waitFor(t, e, "the outbox to empty", func() bool { return pending(t, db) == 0 })
+	v := e.view(t, ob.Producer())
+	assert.Empty(t, v.disorder)
+	assert.Equal(t, want, v.firsts)
+	assert.LessOrEqual(t, v.copies, int(r.Stats().Resent))
 }
