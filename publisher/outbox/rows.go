@@ -42,9 +42,9 @@ type row struct {
 // page past its first streamAfter are scanned on a goroutine (stream),
 // and handle is given what is scanned each time it is ready for more, so
 // that the first keys are marked and published while the rest are still
-// read: SQLite gives rows as it walks
-// the primary key's index, about 5 µs a row through modernc.org/sqlite,
-// and a backlog of 10,000 events took as long to read as to publish.
+// read: SQLite gives rows as it walks the primary key's index, about 5 µs
+// a row through modernc.org/sqlite, and a backlog of 10,000 events took
+// as long to read as to publish.
 // PostgreSQL sorts the page before its first row, and gives the rest at
 // about 1 µs a row: there each statement more that handle ran cost more
 // than the overlap saved (2,000 events over 50 keys, relay ÷ direct 0.63
@@ -53,41 +53,30 @@ type row struct {
 // handle is given every row at the end.
 func (ru *run) scan(ctx context.Context, q string, args []any, handle func([]row) error) (int, row, error) {
 	o := ru.r.o
-	if o.d != SQLite || o.db.Stats().MaxOpenConnections != 0 {
-		rows, err := ru.scanAll(ctx, q, args)
-		if err != nil || len(rows) == 0 {
-			return 0, row{}, err
-		}
-		return len(rows), rows[len(rows)-1], handle(rows)
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	rs, err := o.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return 0, row{}, err
 	}
-	// A page of a few rows is scanned here, whole: a goroutine and the
-	// connections of handle's statements beside the read's would cost it
-	// more than they save (commit to applied's p99 on SQLite 1.07 → 1.22
-	// times direct's, streaming every page).
-	var head []row
-	for len(head) < streamAfter && rs.Next() {
-		r, err := scanRow(o, rs)
-		if err != nil {
-			rs.Close()
-			return 0, row{}, err
-		}
-		head = append(head, r)
+	// A page of a few rows is scanned here, whole, as every page is
+	// where it is not streamed: a goroutine and the connections of
+	// handle's statements beside the read's would cost a small page more
+	// than they save (commit to applied's p99 on SQLite 1.07 → 1.22 times
+	// direct's, streaming every page).
+	limit := -1
+	if o.d == SQLite && o.db.Stats().MaxOpenConnections == 0 {
+		limit = streamAfter
 	}
-	if len(head) < streamAfter {
-		err := rs.Err()
-		rs.Close()
-		if err != nil || len(head) == 0 {
-			return 0, row{}, err
-		}
-		return len(head), head[len(head)-1], handle(head)
+	head, more, err := scanUpTo(o, rs, limit)
+	if more {
+		return stream(cancel, o, rs, head, handle)
 	}
-	return stream(cancel, o, rs, head, handle)
+	rs.Close()
+	if err != nil || len(head) == 0 {
+		return 0, row{}, err
+	}
+	return len(head), head[len(head)-1], handle(head)
 }
 
 // stream goes on with scan's rows rs, of which head are scanned, on a
@@ -172,22 +161,21 @@ func stream(cancel context.CancelFunc, o *Outbox, rs *sql.Rows, head []row, hand
 	}
 }
 
-// scanAll runs q and returns its rows, each checked.
-func (ru *run) scanAll(ctx context.Context, q string, args []any) ([]row, error) {
-	rs, err := ru.r.o.db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rs.Close()
-	var out []row
-	for rs.Next() {
-		r, err := scanRow(ru.r.o, rs)
-		if err != nil {
-			return nil, err
+// scanUpTo scans rs's rows, each checked, up to limit of them (all if
+// limit < 0), and reports whether rs may have more: never after an
+// error, which the caller ends rs on.
+func scanUpTo(o *Outbox, rs *sql.Rows, limit int) (rows []row, more bool, err error) {
+	for limit < 0 || len(rows) < limit {
+		if !rs.Next() {
+			return rows, false, rs.Err()
 		}
-		out = append(out, r)
+		r, err := scanRow(o, rs)
+		if err != nil {
+			return nil, false, err
+		}
+		rows = append(rows, r)
 	}
-	return out, rs.Err()
+	return rows, true, nil
 }
 
 // streamAfter is how many rows of a page scan reads before it hands the
