@@ -68,6 +68,13 @@ func (c *checker) restart(ctx context.Context) (bool, string, error) {
 	sub1 := dead.Subscriber(s.Name)
 	sub1.ReceiveSettings.MaxDurationPerAckExtension = restartLease
 	sub1.ReceiveSettings.ShutdownOptions = &pubsub.ShutdownOptions{Timeout: 0} // return at once, nacking nothing
+	// Its Receive returns at once, but the client stops its iterator
+	// behind it, which waits until the messages left outstanding are
+	// neither extended nor pending: with the default MaxExtension, an
+	// hour, unless the closed client's stream fails first (a CI run: the
+	// iterator still waiting 2 minutes after the test). The lease's
+	// length bounds that wait.
+	sub1.ReceiveSettings.MaxExtension = restartLease
 	first := newKeySet()
 	ctx1, stop := context.WithCancel(ctx)
 	// Once it is stopped, the dead client is closed, as a process's death
