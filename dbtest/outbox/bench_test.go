@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keyorder/keyorder/dbtest/pgtest"
+	"github.com/keyorder/keyorder/ordering"
 	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/publisher/outbox"
@@ -35,6 +36,13 @@ import (
 // (the relay's until its deletes are done): with no latency, both sides
 // keep the two cores of the machines this runs on busy, and relay ÷
 // direct follows the ratio of their CPU times.
+//
+// A third side, bare, is what any relay must at least do: one statement
+// reads the committed backlog from a table of its own, and keyorder's
+// publisher publishes each event, stamped, by its key, with no mark, no
+// delete and no lease. bare ÷ direct bounds relay ÷ direct from above on
+// the machine it runs on, and relay ÷ bare is what the relay's own work
+// (marks, deletes, leases, order under failure) costs.
 func BenchmarkRelayThroughput(b *testing.B) {
 	for _, lat := range []time.Duration{0, 25 * time.Millisecond} {
 		for _, shape := range [][2]int{{2000, 50}, {2000, 1000}, {10_000, 50}} {
@@ -67,8 +75,8 @@ func benchRelay(b *testing.B, k dbKind, lat time.Duration, events, keys int) {
 	}
 	key := func(i int) string { return fmt.Sprintf("key-%d", i%keys) }
 
-	counter := k.openDSN(b, dsn)      // a pool of its own, which leaves the relay's as it was
-	var relayCPU, directCPU []float64 // CPU time of a round, this process's and the database server's, in ms
+	counter := k.openDSN(b, dsn)               // a pool of its own, which leaves the relay's as it was
+	var relayCPU, directCPU, bareCPU []float64 // CPU time of a round, this process's and the database server's, in ms
 	cpuSince := func(from cpuMark, into *[]float64) {
 		*into = append(*into, float64(from.since(b))/float64(time.Millisecond))
 	}
@@ -107,26 +115,104 @@ func benchRelay(b *testing.B, k dbKind, lat time.Duration, events, keys int) {
 		}
 		return time.Since(start)
 	}
-	var relayRate, directRate, ratio []float64
+	bare := bareSide(b, k, db, e.publisher(b), keys)
+	bareRound := func() time.Duration {
+		bare.add(msgs)
+		start, cpu := time.Now(), cpuNow(b)
+		bare.publish()
+		d := time.Since(start)
+		cpuSince(cpu, &bareCPU)
+		bare.clear()
+		return d
+	}
+	var relayRate, directRate, bareRate, ratio, bareRatio, relayBare []float64
 	b.ResetTimer()
 	for i := range b.N {
-		var dr, dd time.Duration
+		var dr, dd, dbr time.Duration
 		if i%2 == 0 {
-			dr, dd = relayRound(), directRound()
+			dr, dd, dbr = relayRound(), directRound(), bareRound()
 		} else {
-			dd, dr = directRound(), relayRound()
+			dbr, dd, dr = bareRound(), directRound(), relayRound()
 		}
 		relayRate = append(relayRate, float64(events)/dr.Seconds())
 		directRate = append(directRate, float64(events)/dd.Seconds())
+		bareRate = append(bareRate, float64(events)/dbr.Seconds())
 		ratio = append(ratio, dd.Seconds()/dr.Seconds())
+		bareRatio = append(bareRatio, dd.Seconds()/dbr.Seconds())
+		relayBare = append(relayBare, dbr.Seconds()/dr.Seconds())
 	}
 	b.StopTimer()
 	b.ReportMetric(median(relayRate), "relay-ev/s")
 	b.ReportMetric(median(directRate), "direct-ev/s")
+	b.ReportMetric(median(bareRate), "bare-ev/s")
 	b.ReportMetric(median(ratio), "relay/direct")
+	b.ReportMetric(median(bareRatio), "bare/direct")
+	b.ReportMetric(median(relayBare), "relay/bare")
 	b.ReportMetric(median(relayCPU), "relay-cpu-ms")
 	b.ReportMetric(median(directCPU), "direct-cpu-ms")
+	b.ReportMetric(median(bareCPU), "bare-cpu-ms")
 	b.ReportMetric(0, "ns/op")
+}
+
+// bareRelay is the bench's bare side: a table of its own, written as the
+// outbox's events table is, read once and published, with nothing else.
+type bareRelay struct {
+	b        *testing.B
+	db       *sql.DB
+	ob       *outbox.Outbox
+	pub      *publisher.Publisher
+	keys     int
+	read     string
+	producer string
+}
+
+func bareSide(b *testing.B, k dbKind, db *sql.DB, pub *publisher.Publisher, keys int) *bareRelay {
+	ob, err := outbox.New(context.Background(), db, k.dialect, outbox.WithTable("bare"))
+	require.NoError(b, err)
+	return &bareRelay{b: b, db: db, ob: ob, pub: pub, keys: keys, producer: ob.Producer(),
+		read: `SELECT key, seq, data FROM bare ORDER BY key, seq`}
+}
+
+// add commits msgs to the bare table, as the relay's round does to the
+// outbox.
+func (br *bareRelay) add(msgs []*publisher.Message) {
+	ctx := context.Background()
+	tx, err := br.db.BeginTx(ctx, nil)
+	require.NoError(br.b, err)
+	for i, m := range msgs {
+		require.NoError(br.b, br.ob.Add(ctx, tx, fmt.Sprintf("key-%d", i%br.keys), m))
+	}
+	require.NoError(br.b, tx.Commit())
+}
+
+// publish reads the table in one statement and publishes every event,
+// stamped as a relay stamps it, then waits for every result.
+func (br *bareRelay) publish() {
+	ctx := context.Background()
+	rs, err := br.db.QueryContext(ctx, br.read)
+	require.NoError(br.b, err)
+	var results []*publisher.Result
+	for rs.Next() {
+		var key string
+		var seq int64
+		var data []byte
+		require.NoError(br.b, rs.Scan(&key, &seq, &data))
+		h := map[string]string{}
+		ordering.Stamp{Producer: br.producer, Seq: ordering.MakeSeq(0, uint32(seq))}.Put(h)
+		results = append(results, br.pub.Publish(ctx, &publisher.Message{Data: data, Headers: h}, publisher.WithOrderingKey(key)))
+	}
+	require.NoError(br.b, rs.Err())
+	require.NoError(br.b, rs.Close())
+	for _, r := range results {
+		_, err := r.Get(ctx)
+		require.NoError(br.b, err)
+	}
+}
+
+// clear empties the table, outside the round's time.
+func (br *bareRelay) clear() {
+	_, err := br.db.Exec(`DELETE FROM bare`)
+	require.NoError(br.b, err)
 }
 
 // A cpuMark is the CPU time this process and each PostgreSQL server
