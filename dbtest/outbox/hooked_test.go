@@ -8,7 +8,7 @@ import (
 )
 
 // pageRead is how a relay's read of a page of events begins.
-const pageRead = "SELECT key, seq, shard, data, headers, sent FROM"
+const pageRead = "SELECT e.key, e.seq, e.shard, e.data, e.headers, e.sent"
 
 // hooks see the statements run on a database opened by openHooked.
 type hooks struct {

@@ -222,7 +222,7 @@ func TestMarkFailsWithinAPage(t *testing.T) {
 		failAt := map[outbox.Dialect]int64{outbox.SQLite: 2, outbox.PostgreSQL: 1}[k.dialect]
 		var marks, failed atomic.Int64
 		db := openHooked(t, k, k.dsn(t), hooks{exec: func(q string) error {
-			if strings.Contains(q, "SET sent = sent + 1") && marks.Add(1) == failAt {
+			if strings.Contains(q, "INSERT INTO keyorder_outbox_sent") && marks.Add(1) == failAt {
 				failed.Add(1)
 				return errors.New("injected: the mark fails")
 			}

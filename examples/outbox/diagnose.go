@@ -58,7 +58,8 @@ func diagnose(cfg config, srv *orderingtest.Server, topic, subName string, out i
 			key, len(applied), last, runs(applied), runs(stored[key]), runs(delivered[key]))
 	}
 	for _, q := range []struct{ db, query string }{
-		{cfg.source, "SELECT key, MIN(seq), MAX(seq), COUNT(*), MAX(sent), MIN(shard) FROM " + outbox.DefaultTable + " GROUP BY key ORDER BY key"},
+		{cfg.source, "SELECT key, MIN(seq), MAX(seq), COUNT(*), MIN(shard) FROM " + outbox.DefaultTable + " GROUP BY key ORDER BY key"},
+		{cfg.source, "SELECT key, upto FROM " + outbox.DefaultTable + "_sent ORDER BY key"},
 		{cfg.source, "SELECT owner, COUNT(*), MIN(shard), MAX(shard), MAX(expires) FROM " + outbox.DefaultTable + "_leases GROUP BY owner"},
 		{cfg.source, "SELECT id, expires FROM " + outbox.DefaultTable + "_relays"},
 		{cfg.sink, "SELECT key, producer, last_seq, prev_seq, wait_seq, wait_since FROM " + inbox.DefaultTable + " ORDER BY key"},

@@ -27,13 +27,15 @@
 //
 // # Tables
 //
-// [New] creates five tables, named after [WithTable] (keyorder_outbox by
+// [New] creates six tables, named after [WithTable] (keyorder_outbox by
 // default), and checks the shape of those it finds:
 //
 //   - keyorder_outbox: the pending events, a row each (key, seq, shard,
 //     data, headers, created, sent) until a relay has published it;
 //   - keyorder_outbox_keys: each key's last number, the counter row that
 //     numbers its events in commit order; it stays after they are sent;
+//   - keyorder_outbox_sent: the highest number a relay has sent of each
+//     key, from which a relay tells an event sent before; it stays too;
 //   - keyorder_outbox_meta: what every process shares: the producer ID,
 //     the shard count, and the topic its relays publish to, recorded by
 //     the first [Relay.Run];

@@ -90,7 +90,8 @@ func (ru *run) sweep(ctx context.Context) {
 		return
 	}
 	o := ru.r.o
-	rs, err := o.db.QueryContext(ctx, `SELECT DISTINCT key FROM `+o.t.events+` WHERE sent > 0 AND `+inList(steady)+` LIMIT 1000`)
+	rs, err := o.db.QueryContext(ctx, `SELECT DISTINCT e.key FROM `+o.t.events+` e LEFT JOIN `+o.t.sent+` s ON s.key = e.key
+		WHERE (e.sent > 0 OR e.seq <= COALESCE(s.upto, 0)) AND `+inList(steady)+` LIMIT 1000`)
 	if err != nil {
 		if ctx.Err() == nil {
 			ru.r.rec.dbFailed("look for events sent and not taken", err)

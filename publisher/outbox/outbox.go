@@ -47,12 +47,12 @@ const DefaultTable = "keyorder_outbox"
 var tableRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,46}$`)
 
 // WithTable names the outbox's tables: name holds the events, and
-// name_keys, name_meta, name_leases and name_relays the rest (see the
-// package documentation, Tables). Give each service its own name when
-// services share a database: an outbox is one service's, its relays
-// publish to one topic, and [Relay.Run] refuses a relay of another. The
-// default is [DefaultTable]; name must be 1 to 47 of [a-z0-9_], not
-// starting with a digit.
+// name_keys, name_sent, name_meta, name_leases and name_relays the rest
+// (see the package documentation, Tables). Give each service its own
+// name when services share a database: an outbox is one service's, its
+// relays publish to one topic, and [Relay.Run] refuses a relay of
+// another. The default is [DefaultTable]; name must be 1 to 47 of
+// [a-z0-9_], not starting with a digit.
 func WithTable(name string) Option {
 	return func(c *config) error {
 		if !tableRE.MatchString(name) {

@@ -34,13 +34,13 @@ func (ru *run) query(ctx context.Context, handle func([]row) error) (bool, error
 	var where []string
 	var args []any
 	if len(steady) > 0 {
-		where = append(where, "(sent = 0 AND "+inList(steady)+")")
+		where = append(where, "(e.sent = 0 AND e.seq > COALESCE(s.upto, 0) AND "+inList(steady)+")")
 	}
 	if len(fresh) > 0 {
 		where = append(where, inList(fresh))
 	}
 	if len(p.due) > 0 && len(steady)+len(fresh) > 0 {
-		where = append(where, "(key IN ("+placeholders(len(p.due))+") AND "+inList(append(steady, fresh...))+")")
+		where = append(where, "(e.key IN ("+placeholders(len(p.due))+") AND "+inList(append(steady, fresh...))+")")
 		for _, k := range p.due {
 			args = append(args, k)
 		}
@@ -48,13 +48,16 @@ func (ru *run) query(ctx context.Context, handle func([]row) error) (bool, error
 	if len(where) == 0 {
 		return false, nil
 	}
-	page := `SELECT key, seq, shard, data, headers, sent FROM ` + o.t.events + ` e WHERE (` + strings.Join(where, " OR ") + `)`
+	// An event is sent if its number is at most its key's mark, or, marked
+	// by a relay from before the sent table, its own count is above 0.
+	page := `SELECT e.key, e.seq, e.shard, e.data, e.headers, e.sent + CASE WHEN e.seq <= COALESCE(s.upto, 0) THEN 1 ELSE 0 END
+		FROM ` + o.t.events + ` e LEFT JOIN ` + o.t.sent + ` s ON s.key = e.key WHERE (` + strings.Join(where, " OR ") + `)`
 	switch {
 	case p.started && p.keyOnly:
-		page += ` AND key > ?`
+		page += ` AND e.key > ?`
 		args = append(args, p.key)
 	case p.started:
-		page += ` AND (key, seq) > (?, ?)`
+		page += ` AND (e.key, e.seq) > (?, ?)`
 		args = append(args, p.key, p.seq)
 	}
 	// The first page of a pass takes what the run has room for, so that
@@ -64,7 +67,7 @@ func (ru *run) query(ctx context.Context, handle func([]row) error) (bool, error
 	if !p.started {
 		limit = max(limit, ru.r.cfg.inflight-ru.inflightRows)
 	}
-	page += ` ORDER BY key, seq LIMIT ?`
+	page += ` ORDER BY e.key, e.seq LIMIT ?`
 	args = append(args, limit)
 	n, last, err := ru.scan(ctx, o.d.Rebind(page), args, func(rows []row) error {
 		if err := ru.firsts(ctx, rows, steady); err != nil {
