@@ -9,6 +9,7 @@ import (
 
 	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/ordering/orderingtest"
+	"github.com/keyorder/keyorder/publisher"
 	"github.com/keyorder/keyorder/publisher/outbox"
 )
 
@@ -75,5 +76,55 @@ func TestEarlierVersionsMarks(t *testing.T) {
 		waitFor(t, e, "the outbox to empty", func() bool { return pending(t, db) == 0 })
 		assert.Equal(t, map[string][]string{"a": {"a1", "a2", "a3"}}, e.view(t, ob.Producer()).firsts)
 		assert.EqualValues(t, 2, r.Stats().Resent, "a1 and a2 were sent before")
+	})
+}
+
+// TestManyKeysInFlight: with 1,000 keys held at the service, each key's
+// second event goes out behind its first, marked and handed over while
+// the first is in flight; a read of the steady shards leaves out what is
+// in flight, so that nothing is sent twice; released, everything arrives
+// in order.
+func TestManyKeysInFlight(t *testing.T) {
+	t.Parallel()
+	eachDB(t, func(t *testing.T, k dbKind) {
+		t.Parallel()
+		ctx := harness.Context(t, testTimeout)
+		db, e := k.open(t), newEnv(t)
+		ob := newOutbox(t, ctx, db, k)
+		const keys = 1000
+		hold := e.srv.HoldPublish(orderingtest.AnyMessage)
+		r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLogger(quiet))
+		require.NoError(t, err)
+		runRelay(t, r)
+		key := func(i int) string { return fmt.Sprintf("k%04d", i) }
+		addAll := func(n int) {
+			tx, err := db.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			for i := range keys {
+				require.NoError(t, ob.Add(ctx, tx, key(i), &publisher.Message{Data: fmt.Appendf(nil, "%s-%d", key(i), n)}))
+			}
+			require.NoError(t, tx.Commit())
+		}
+		addAll(1)
+		waitFor(t, e, "every key marked", func() bool {
+			var n int
+			require.NoError(t, db.QueryRowContext(ctx, `SELECT COUNT(*) FROM keyorder_outbox_sent`).Scan(&n))
+			return n == keys
+		})
+		addAll(2)
+		waitFor(t, e, "every key's second event marked", func() bool {
+			var n int
+			require.NoError(t, db.QueryRowContext(ctx, `SELECT COUNT(*) FROM keyorder_outbox_sent WHERE upto = 2`).Scan(&n))
+			return n == keys
+		})
+		hold.Remove()
+		waitFor(t, e, "the outbox to empty", func() bool { return pending(t, db) == 0 })
+		v := e.view(t, ob.Producer())
+		assert.Len(t, v.firsts, keys)
+		for i := range keys {
+			require.Equal(t, []string{key(i) + "-1", key(i) + "-2"}, v.firsts[key(i)])
+		}
+		assert.Zero(t, v.copies)
+		assert.Zero(t, r.Stats().Resent)
 	})
 }
