@@ -153,6 +153,16 @@ func pending(t testing.TB, db *sql.DB) int {
 	return n
 }
 
+// startRelay runs a relay of ob, quiet, publishing through a publisher
+// of e's, until the test ends.
+func startRelay(t testing.TB, ob *outbox.Outbox, e *env) *outbox.Relay {
+	t.Helper()
+	r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLogger(quiet))
+	require.NoError(t, err)
+	runRelay(t, r)
+	return r
+}
+
 // runRelay runs r until the test ends or the returned stop is called, and
 // returns stop, which waits for Run to return.
 func runRelay(t testing.TB, r *outbox.Relay) (stop func()) {

@@ -10,7 +10,6 @@ import (
 	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/publisher"
-	"github.com/keyorder/keyorder/publisher/outbox"
 )
 
 // TestMarkIsARowAKey: a relay marks what it sends in one row a key of the
@@ -27,9 +26,7 @@ func TestMarkIsARowAKey(t *testing.T) {
 		db, e := k.open(t), newEnv(t)
 		ob := newOutbox(t, ctx, db, k)
 		hold := e.srv.HoldPublish(orderingtest.Key("a"))
-		r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLogger(quiet))
-		require.NoError(t, err)
-		runRelay(t, r)
+		r := startRelay(t, ob, e)
 		var data []string
 		for i := 1; i <= 30; i++ {
 			data = append(data, fmt.Sprintf("a%d", i))
@@ -70,9 +67,7 @@ func TestEarlierVersionsMarks(t *testing.T) {
 		ob := newOutbox(t, ctx, db, k)
 		add(t, ctx, db, ob, "a", "a1", "a2", "a3")
 		execQ(t, db, k, `UPDATE keyorder_outbox SET sent = 1 WHERE key = 'a' AND seq <= 2`)
-		r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLogger(quiet))
-		require.NoError(t, err)
-		runRelay(t, r)
+		r := startRelay(t, ob, e)
 		waitFor(t, e, "the outbox to empty", func() bool { return pending(t, db) == 0 })
 		assert.Equal(t, map[string][]string{"a": {"a1", "a2", "a3"}}, e.view(t, ob.Producer()).firsts)
 		assert.EqualValues(t, 2, r.Stats().Resent, "a1 and a2 were sent before")
@@ -93,9 +88,7 @@ func TestManyKeysInFlight(t *testing.T) {
 		ob := newOutbox(t, ctx, db, k)
 		const keys = 1000
 		hold := e.srv.HoldPublish(orderingtest.AnyMessage)
-		r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLogger(quiet))
-		require.NoError(t, err)
-		runRelay(t, r)
+		r := startRelay(t, ob, e)
 		key := func(i int) string { return fmt.Sprintf("k%04d", i) }
 		addAll := func(n int) {
 			tx, err := db.BeginTx(ctx, nil)

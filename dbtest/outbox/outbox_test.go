@@ -5,10 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/keyorder/keyorder/internal/harness"
-	"github.com/keyorder/keyorder/publisher/outbox"
 )
 
 // TestRelayPublishesInOrder is the happy path: events of several keys,
@@ -28,9 +26,7 @@ func TestRelayPublishesInOrder(t *testing.T) {
 			add(t, ctx, db, ob, key, d, d+"b")
 			want[key] = append(want[key], d, d+"b")
 		}
-		r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLogger(quiet))
-		require.NoError(t, err)
-		runRelay(t, r)
+		r := startRelay(t, ob, e)
 		waitFor(t, e, "the outbox to empty", func() bool { return pending(t, db) == 0 })
 		v := e.view(t, ob.Producer())
 		assert.Empty(t, v.disorder)
