@@ -79,7 +79,8 @@
 // not safety: two relays on one shard cause copies, never disorder or
 // loss (see the comment on leaseRound in lease.go for why).
 //
-// A relay reads when it is woken and every [WithPollInterval]: [Outbox.Add]
+// A relay reads when it is woken, and at most [WithPollInterval] after
+// its last read: [Outbox.Add]
 // wakes the relays of its Outbox in its process, and a [WithListener] those
 // of any process, on PostgreSQL. It publishes each key's events behind
 // those of the key in flight, each [publisher.WithAfter] the one before,

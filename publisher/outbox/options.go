@@ -87,11 +87,11 @@ func WithListener(l Listener) RelayOption {
 	}
 }
 
-// WithPollInterval sets how often a relay looks for events besides when
-// it is woken: by [Outbox.Add] of its own Outbox in its process, and by a
-// [WithListener]. An event committed elsewhere, without a listener, is
-// published within about this long. Each look is one indexed query. The
-// default is 50 ms; d must be 1 ms to 1 min.
+// WithPollInterval sets how long a relay goes without reading before it
+// looks for events unwoken; it is woken by [Outbox.Add] of its own Outbox
+// in its process, and by a [WithListener]. An event committed elsewhere,
+// without a listener, is published within about this long. Each look is
+// one indexed query. The default is 50 ms; d must be 1 ms to 1 min.
 func WithPollInterval(d time.Duration) RelayOption {
 	return func(c *relayConfig) error {
 		if d < time.Millisecond || d > time.Minute {

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"database/sql"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -30,6 +31,10 @@ func (ru *run) query(ctx context.Context, handle func([]row) error) (bool, error
 			steady = append(steady, s)
 		}
 	}
+	// In order, so that a page's statement reads the same while the run's
+	// shards do, and a driver's cache of prepared statements serves it.
+	slices.Sort(steady)
+	slices.Sort(fresh)
 	ru.keepUnread(steady, fresh)
 	var where []string
 	var args []any

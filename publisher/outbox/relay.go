@@ -134,8 +134,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer stopRenewer()
 	leaseTick := time.NewTicker(r.cfg.lease / 3)
 	defer leaseTick.Stop()
-	poll := time.NewTimer(0)
-	defer poll.Stop()
+	defer ru.poll.Stop()
 	// After a wake from Add, whose transaction commits later, the relay
 	// looks 0.5, 1, 2, 4, then every 4 ms, until it finds something to
 	// publish or a poll interval has passed since the last wake; soonStep
@@ -170,9 +169,8 @@ func (r *Relay) Run(ctx context.Context) error {
 			ready = ru.settleAndRead(ctx, ready)
 		case err := <-ru.deleted:
 			ru.deleteDone(ctx, err)
-		case <-poll.C:
+		case <-ru.poll.C:
 			ru.read(ctx)
-			poll.Reset(r.cfg.poll)
 		case <-hint:
 			if lis.ch != nil && r.o.d == PostgreSQL {
 				// The listener tells of the commit: looks meanwhile would

@@ -29,6 +29,10 @@ type run struct {
 	seenFree   map[int]bool // shards the last lease round found free
 
 	pass *pass // the pass under way, nil between passes
+	// poll is the fallback's timer: each read sets it to a poll interval
+	// from its end, so that the relay reads at least that often, and no
+	// more often for the poll's sake.
+	poll *time.Timer
 
 	keys         map[string]*chain  // keys with events in flight
 	inflightRows int                // events in flight, over keys
@@ -114,7 +118,7 @@ func newRun(r *Relay) *run {
 	ru := &run{
 		r: r, owned: map[int]bool{}, leaving: map[int]bool{}, fresh: map[int]int{}, seenFree: map[int]bool{},
 		keys: map[string]*chain{}, failing: map[string]failure{}, resume: map[string]bool{}, aside: map[string]failure{},
-		done: make(chan *batch), deleted: make(chan error, 1),
+		done: make(chan *batch), deleted: make(chan error, 1), poll: time.NewTimer(0),
 	}
 	ru.waitCtx, ru.stopWaiting = context.WithCancel(context.Background())
 	return ru
@@ -126,6 +130,7 @@ func (ru *run) room() bool { return ru.inflightRows < ru.r.cfg.inflight }
 // read reads and publishes, page after page, until the pass is complete
 // or the run has no room. It reports whether it published anything.
 func (ru *run) read(ctx context.Context) bool {
+	defer ru.poll.Reset(ru.r.cfg.poll)
 	published := false
 	for !ru.closed && len(ru.owned) > 0 && ru.room() && time.Now().UnixNano() < ru.validUntil.Load() && ctx.Err() == nil {
 		if ru.pass == nil {
