@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
 
 	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/ordering"
@@ -390,5 +391,37 @@ func TestNextEventsGoBehindThoseInFlight(t *testing.T) {
 		waitFor(t, e, "the outbox to empty", func() bool { return pending(t, db) == 0 })
 		assert.Equal(t, map[string][]string{"a": {"a1", "a2", "a3", "a4"}}, e.view(t, ob.Producer()).firsts)
 		assert.Zero(t, r.Stats().Resent)
+	})
+}
+
+// TestFailedRunBelowABadRow fails the publish of a key's run that stops
+// at a bad row. The failed events are sent again once the key's backoff
+// is over, while the bad row still holds the key aside: they are below it
+// and were never taken. Once the row is mended, it follows them, in
+// order. (Before, the relay took the number after the failed run for the
+// key's next, and skipped the failed events while the row was bad; sent
+// after it once mended, they came out of order.)
+func TestFailedRunBelowABadRow(t *testing.T) {
+	t.Parallel()
+	eachDB(t, func(t *testing.T, k dbKind) {
+		t.Parallel()
+		ctx := harness.Context(t, testTimeout)
+		db, e := k.open(t), newEnv(t)
+		ob := newOutbox(t, ctx, db, k)
+		add(t, ctx, db, ob, "k", "k1", "k2", "k3", "k4")
+		execQ(t, db, k, `UPDATE keyorder_outbox SET headers = '{not json' WHERE key = 'k' AND seq = 4`)
+		failed := e.srv.FailPublish(orderingtest.Key("k"), codes.PermissionDenied, 1)
+		r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLogger(quiet))
+		require.NoError(t, err)
+		runRelay(t, r)
+		waitFor(t, e, "k1 to k3 on the topic, the bad row still there", func() bool {
+			return len(e.view(t, ob.Producer()).firsts["k"]) == 3
+		})
+		assert.Equal(t, 1, failed.Hits())
+		execQ(t, db, k, `UPDATE keyorder_outbox SET headers = '' WHERE key = 'k' AND seq = 4`)
+		waitFor(t, e, "the outbox to empty", func() bool { return pending(t, db) == 0 })
+		v := e.view(t, ob.Producer())
+		assert.Empty(t, v.disorder)
+		assert.Equal(t, []string{"k1", "k2", "k3", "k4"}, v.firsts["k"])
 	})
 }

@@ -66,8 +66,12 @@ func (ru *run) runOfKey(rows []row, now time.Time) []row {
 		}
 		next = c.next
 	} else {
-		if a, ok := ru.aside[key]; ok {
-			next = a.next // the number after the last one published
+		if a, ok := ru.aside[key]; ok && (rows[0].bad != "" || rows[0].seq >= a.next) {
+			// The number after the last one published: one above it
+			// missing keeps the key aside. Events below it pending were
+			// not taken (a run that failed or was not sent): the key
+			// starts with them.
+			next = a.next
 		}
 		if r := rows[0]; r.bad == "" && r.first > 0 && r.first < r.seq {
 			// Events of the key below the read ones are pending, sent and
