@@ -12,7 +12,7 @@ const pageRead = "SELECT e.key, e.seq, e.shard, e.data, e.headers, e.sent"
 
 // hooks see the statements run on a database opened by openHooked.
 type hooks struct {
-	query func(q string)       // before each query, if set
+	query func(q string) error // before each query, if set: its error fails it
 	exec  func(q string) error // before each statement that returns no rows, if set: its error fails it
 }
 
@@ -57,7 +57,9 @@ type hookedConn struct {
 
 func (c hookedConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
 	if c.h.query != nil {
-		c.h.query(q)
+		if err := c.h.query(q); err != nil {
+			return nil, err
+		}
 	}
 	return c.wholeConn.QueryContext(ctx, q, args)
 }

@@ -53,10 +53,11 @@ func TestListenerSparesLooks(t *testing.T) {
 	open := func(opts ...outbox.RelayOption) *side {
 		s := &side{e: newEnv(t)}
 		s.reads = new(atomic.Int64)
-		s.db = openHooked(t, k, k.dsn(t), hooks{query: func(q string) {
+		s.db = openHooked(t, k, k.dsn(t), hooks{query: func(q string) error {
 			if strings.HasPrefix(q, pageRead) {
 				s.reads.Add(1)
 			}
+			return nil
 		}})
 		s.ob = newOutbox(t, ctx, s.db, k)
 		var err error

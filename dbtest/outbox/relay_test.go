@@ -221,7 +221,7 @@ func TestMarkFailsWithinAPage(t *testing.T) {
 		ctx := harness.Context(t, testTimeout)
 		failAt := map[outbox.Dialect]int64{outbox.SQLite: 2, outbox.PostgreSQL: 1}[k.dialect]
 		var marks, failed atomic.Int64
-		db := openHooked(t, k, k.dsn(t), hooks{exec: func(q string) error {
+		db := openHooked(t, k, k.dsn(t), hooks{query: func(q string) error {
 			if strings.Contains(q, "INSERT INTO keyorder_outbox_sent") && marks.Add(1) == failAt {
 				failed.Add(1)
 				return errors.New("injected: the mark fails")

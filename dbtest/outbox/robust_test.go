@@ -336,10 +336,11 @@ func TestRelayWakesOnCommit(t *testing.T) {
 		ctx := harness.Context(t, testTimeout)
 		dsn := k.dsn(t)
 		var reads atomic.Int64
-		db := openHooked(t, k, dsn, hooks{query: func(q string) {
+		db := openHooked(t, k, dsn, hooks{query: func(q string) error {
 			if strings.HasPrefix(q, pageRead) {
 				reads.Add(1)
 			}
+			return nil
 		}})
 		e := newEnv(t)
 		ob := newOutbox(t, ctx, db, k)

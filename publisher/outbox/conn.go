@@ -37,18 +37,37 @@ type keptConn struct {
 // busyStep bounds the waits between a SQLite write's tries.
 const busyStep = time.Millisecond
 
+// A querier is what a statement runs on: the pool, or a connection.
+type querier interface {
+	ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+}
+
 // exec runs a write on the run's kept connection (see keptConn).
 func (ru *run) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	var res sql.Result
+	err := ru.write(ctx, func(c querier) error {
+		var err error
+		res, err = c.ExecContext(ctx, q, args...)
+		return err
+	})
+	return res, err
+}
+
+// write runs f, one write statement, on the run's kept connection (see
+// keptConn), or on the pool if it keeps none; on SQLite, again while the
+// database is locked, within the application's busy_timeout.
+func (ru *run) write(ctx context.Context, f func(querier) error) error {
 	o := ru.r.o
 	if ru.conn.c == nil && o.db.Stats().MaxOpenConnections == 0 {
 		if err := ru.conn.take(ctx, o.db, o.d); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if ru.conn.c == nil {
-		return o.db.ExecContext(ctx, q, args...)
+		return f(o.db)
 	}
-	res, err := ru.conn.c.ExecContext(ctx, q, args...)
+	err := f(ru.conn.c)
 	if o.d == SQLite {
 		deadline := time.Now().Add(ru.conn.busy)
 		for wait := 50 * time.Microsecond; err != nil && locked(err) && time.Now().Before(deadline); wait = min(2*wait, busyStep) {
@@ -57,24 +76,24 @@ func (ru *run) exec(ctx context.Context, q string, args ...any) (sql.Result, err
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
-				return nil, ctx.Err()
+				return ctx.Err()
 			}
-			res, err = ru.conn.c.ExecContext(ctx, q, args...)
+			err = f(ru.conn.c)
 		}
 	}
 	if err != nil {
 		ru.conn.giveBack()
 	}
-	return res, err
+	return err
 }
 
-// markExec runs a mark: on SQLite on the kept connection, on PostgreSQL
+// markWrite runs a mark: on SQLite on the kept connection, on PostgreSQL
 // on any, the kept one being the deletes' beside Run.
-func (ru *run) markExec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+func (ru *run) markWrite(ctx context.Context, f func(querier) error) error {
 	if ru.r.o.d == SQLite {
-		return ru.exec(ctx, q, args...)
+		return ru.write(ctx, f)
 	}
-	return ru.r.o.db.ExecContext(ctx, q, args...)
+	return f(ru.r.o.db)
 }
 
 // take takes a connection from db to keep; on SQLite, with busy_timeout 0.

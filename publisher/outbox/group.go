@@ -65,25 +65,15 @@ func (ru *run) runOfKey(rows []row, now time.Time) []row {
 			return nil
 		}
 		next = c.next
-	} else {
-		if a, ok := ru.aside[key]; ok && (rows[0].bad != "" || rows[0].seq >= a.next) {
-			// The number after the last one published: one above it
-			// missing keeps the key aside. Events below it pending were
-			// not taken (a run that failed or was not sent): the key
-			// starts with them.
-			next = a.next
-		}
-		if r := rows[0]; r.bad == "" && r.first > 0 && r.first < r.seq {
-			// Events of the key below the read ones are pending, sent and
-			// not taken, in flight with no chain of this run: a run that
-			// failed, or one of a relay that had the shard. They go first:
-			// the key is read whole, by a pass where it is due.
-			ru.resume[key] = true
-			ru.again(key)
-			return nil
-		}
+	} else if a, ok := ru.aside[key]; ok && (rows[0].bad != "" || rows[0].seq >= a.next) {
+		// The number after the last one published: one above it missing
+		// keeps the key aside. Events below it pending were not taken (a
+		// run that failed or was not sent): the key starts with them.
+		next = a.next
 	}
-	// In flight already: read again from a fresh shard or a due key.
+	floor := rows[0].floor // the mark's check, kept on the run's first row
+	// In flight in the chain already: read again from a fresh shard or a
+	// due key.
 	for len(rows) > 0 && rows[0].bad == "" && next > 0 && rows[0].seq < next {
 		rows = rows[1:]
 	}
@@ -101,6 +91,9 @@ func (ru *run) runOfKey(rows []row, now time.Time) []row {
 	for n < len(rows) && rows[n].bad == "" && rows[n].shard == shard &&
 		(n > 0 && rows[n].seq == rows[n-1].seq+1 || n == 0 && (next == 0 || rows[0].seq == next)) {
 		n++
+	}
+	if n > 0 && floor > 0 {
+		rows[0].floor = floor
 	}
 	if n < len(rows) {
 		after := next

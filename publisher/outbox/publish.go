@@ -16,51 +16,73 @@ const markChunk = 500
 
 // mark records that every event of groups is sent, before they are: a
 // key's row in the sent table is raised to the last number of its run,
-// one statement per markChunk runs. An event at or below its key's mark
-// when read again was sent before (runs start at the key's lowest
-// pending number or go on from the run before, so every event below a
-// run's is sent or gone), and its next send is counted as a re-send. A
-// row a key, where a count in each event's row cost PostgreSQL and SQLite
-// about 2 µs an event. It is also the fence of a lease: a key is marked
-// only while the relay's lease of its shard is live in the database, so a
-// relay that stalled past its lease sends nothing that its successor may
-// have read unmarked. A chunk that marks fewer keys than it names is sent
-// none of; its keys are read whole again later. On an error, it returns
-// groups as they were.
+// one statement per markChunk runs, and mark returns the runs marked. An
+// event at or below its key's mark when read again was sent before (runs
+// start at the key's lowest pending number or go on from the run before,
+// so every event below a run's is sent or gone), and its next send is
+// counted as a re-send. A row a key, where a count in each event's row
+// cost PostgreSQL and SQLite about 2 µs an event.
+//
+// The same statement checks, for a run whose first row has a floor (see
+// row), that nothing of its key is pending below it, by the primary key's
+// index: a look-up of its own cost a statement a page. And it is the
+// fence of a lease: a key is marked only while the relay's lease of its
+// shard is live in the database, so a relay that stalled past its lease
+// sends nothing that its successor may have read unmarked. A run not
+// marked, for either reason, is not sent: its key is read whole again by
+// a later pass. On an error, it returns groups as they were.
 func (ru *run) mark(ctx context.Context, groups [][]row) ([][]row, error) {
 	o := ru.r.o
 	out := make([][]row, 0, len(groups))
 	for start := 0; start < len(groups); start += markChunk {
 		chunk := groups[start:min(start+markChunk, len(groups))]
-		args := make([]any, 0, 3*len(chunk)+2)
+		args := make([]any, 0, 4*len(chunk)+2)
 		for _, g := range chunk {
-			args = append(args, g[0].key, g[0].shard, g[len(g)-1].seq)
+			args = append(args, g[0].key, g[0].shard, g[len(g)-1].seq, g[0].floor)
 		}
-		q := `WITH v (key, shard, hi) AS (VALUES ` +
-			strings.TrimSuffix(strings.Repeat("(CAST(? AS TEXT), CAST(? AS INTEGER), CAST(? AS BIGINT)),", len(chunk)), ",") + `)
+		q := `WITH v (key, shard, hi, lo) AS (VALUES ` + strings.TrimSuffix(strings.Repeat(
+			"(CAST(? AS TEXT), CAST(? AS INTEGER), CAST(? AS BIGINT), CAST(? AS BIGINT)),", len(chunk)), ",") + `)
 			INSERT INTO ` + o.t.sent + ` (key, upto) SELECT key, hi FROM v
 			WHERE shard IN (SELECT shard FROM ` + o.t.leases + ` WHERE owner = ? AND expires > ?)
+				AND (lo = 0 OR NOT EXISTS (SELECT 1 FROM ` + o.t.events + ` p WHERE p.key = v.key AND p.seq < v.lo))
 			ON CONFLICT (key) DO UPDATE SET upto = CASE WHEN excluded.upto > ` + o.t.sent + `.upto
-				THEN excluded.upto ELSE ` + o.t.sent + `.upto END`
+				THEN excluded.upto ELSE ` + o.t.sent + `.upto END
+			RETURNING key`
 		args = append(args, ru.r.id, time.Now().UnixNano())
-		res, err := ru.markExec(ctx, o.d.Rebind(q), args...)
+		marked := make(map[string]bool, len(chunk))
+		err := ru.markWrite(ctx, func(c querier) error {
+			clear(marked)
+			rs, err := c.QueryContext(ctx, o.d.Rebind(q), args...)
+			if err != nil {
+				return err
+			}
+			defer rs.Close()
+			for rs.Next() {
+				var key string
+				if err := rs.Scan(&key); err != nil {
+					return err
+				}
+				marked[key] = true
+			}
+			return rs.Err()
+		})
 		if err != nil {
 			return groups, err
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return groups, err
-		}
-		if n == int64(len(chunk)) {
-			out = append(out, chunk...)
-			continue
 		}
 		for _, g := range chunk {
-			if n > 0 {
-				ru.resume[g[0].key] = true // marked, maybe, and not sent
-				ru.again(g[0].key)
+			key := g[0].key
+			if marked[key] {
+				out = append(out, g)
+				continue
 			}
-			ru.unpublished(g[0].key)
+			// Events of the key are pending below the run, sent and not
+			// taken, with no chain of this run: a run that failed, or
+			// one of a relay that had the shard; they go first. Or the
+			// lease is gone, and a key of a shard no longer held drops
+			// out of resume at the pass's end.
+			ru.resume[key] = true
+			ru.again(key)
+			ru.unpublished(key)
 		}
 	}
 	return out, nil

@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"database/sql"
 	"slices"
 	"strconv"
 	"strings"
@@ -75,9 +74,7 @@ func (ru *run) query(ctx context.Context, handle func([]row) error) (bool, error
 	page += ` ORDER BY e.key, e.seq LIMIT ?`
 	args = append(args, limit)
 	n, last, err := ru.scan(ctx, o.d.Rebind(page), args, func(rows []row) error {
-		if err := ru.firsts(ctx, rows, steady); err != nil {
-			return err
-		}
+		ru.floors(rows, steady)
 		return handle(rows)
 	})
 	if err != nil {
@@ -90,59 +87,21 @@ func (ru *run) query(ctx context.Context, handle func([]row) error) (bool, error
 	return full, nil
 }
 
-// firsts gives the first row of each key read from a steady shard, with
-// no chain in flight, the key's lowest number pending: such a read shows
-// unsent events only, and no run may start above events of the key sent
-// and not taken (runOfKey). A key read whole, from a fresh shard or due,
-// starts at its lowest number pending; a key with a chain goes on from
-// it. One look per key, by the primary key's index, markChunk keys a
-// statement.
-func (ru *run) firsts(ctx context.Context, rows []row, steady []int) error {
+// floors sets the floor of the first row of each key read from a steady
+// shard, with no chain in flight, not due (see row): the mark checks it.
+func (ru *run) floors(rows []row, steady []int) {
 	isSteady := make(map[int]bool, len(steady))
 	for _, s := range steady {
 		isSteady[s] = true
 	}
-	at := map[string]int{} // a key to look at, to its first row
-	var keys []string
 	for i, r := range rows {
 		if i > 0 && rows[i-1].key == r.key || r.bad != "" || !isSteady[r.shard] || ru.pass.isDue[r.key] {
 			continue
 		}
 		if _, busy := ru.keys[r.key]; !busy {
-			at[r.key] = i
-			keys = append(keys, r.key)
+			rows[i].floor = r.seq
 		}
 	}
-	o := ru.r.o
-	for start := 0; start < len(keys); start += markChunk {
-		chunk := keys[start:min(start+markChunk, len(keys))]
-		args := make([]any, len(chunk))
-		for i, k := range chunk {
-			args[i] = k
-		}
-		q := `WITH v (key) AS (VALUES ` + strings.TrimSuffix(strings.Repeat("(CAST(? AS TEXT)),", len(chunk)), ",") +
-			`) SELECT v.key, (SELECT MIN(p.seq) FROM ` + o.t.events + ` p WHERE p.key = v.key) FROM v`
-		rs, err := o.db.QueryContext(ctx, o.d.Rebind(q), args...)
-		if err != nil {
-			return err
-		}
-		for rs.Next() {
-			var key string
-			var first sql.NullInt64
-			if err := rs.Scan(&key, &first); err != nil {
-				rs.Close()
-				return err
-			}
-			if i, ok := at[key]; ok && first.Valid {
-				rows[i].first = first.Int64
-			}
-		}
-		rs.Close()
-		if err := rs.Err(); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // keepUnread keeps for a later pass the due keys whose shard, still

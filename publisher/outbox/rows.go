@@ -23,11 +23,14 @@ type row struct {
 	data    []byte
 	headers map[string]string // with room for the stamp
 	sent    int64             // sends counted, this one's mark included once marked
-	// first is the lowest number of the key pending when the row was read,
-	// read or not (a run must not start above it), on the key's first row
-	// of a page, where firsts looked it up; 0 on the others, and if
-	// unknown.
-	first int64
+	// floor is set on the first row of a key read from a steady shard,
+	// with no chain in flight, not due: such a read shows unsent events
+	// only, and no run may start above events of the key sent and not
+	// taken, so the mark sends the key's run only if nothing of the key is
+	// pending below floor, the row's own number. 0 elsewhere: a key read
+	// whole starts at its lowest number pending, and one with a chain goes
+	// on from it.
+	floor int64
 	bad   string // why the row cannot be published; "" if it can
 }
 
