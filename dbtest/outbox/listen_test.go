@@ -90,3 +90,61 @@ func TestListenerSparesLooks(t *testing.T) {
 		waitFor(t, s.e, "the event", func() bool { return len(s.e.srv.Messages(s.e.topic)) == 1 })
 	}
 }
+
+// TestPollOnlyWhenIdle wakes a relay through its listener every 40 ms
+// for two seconds, with a poll interval of 300 ms: each wake reads once,
+// and no poll reads between them, since each read puts the poll off (a
+// poll on a fixed beat read 5 times more in those two seconds). Left
+// alone, the
+// relay polls again.
+func TestPollOnlyWhenIdle(t *testing.T) {
+	t.Parallel()
+	k := kinds[1]
+	require.Equal(t, outbox.PostgreSQL, k.dialect)
+	ctx := harness.Context(t, testTimeout)
+	var reads atomic.Int64
+	db := openHooked(t, k, k.dsn(t), hooks{query: func(q string) error {
+		if strings.HasPrefix(q, pageRead) {
+			reads.Add(1)
+		}
+		return nil
+	}})
+	ob, e := newOutbox(t, ctx, db, k), newEnv(t)
+	wakes := make(chan struct{})
+	listener := func(lctx context.Context, _ string) (<-chan struct{}, error) {
+		ch := make(chan struct{})
+		go func() {
+			defer close(ch)
+			for {
+				select {
+				case <-lctx.Done():
+					return
+				case <-wakes:
+				}
+				select {
+				case ch <- struct{}{}: // taken by the relay's loop, which reads next
+				case <-lctx.Done():
+					return
+				}
+			}
+		}()
+		return ch, nil
+	}
+	r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithListener(listener),
+		outbox.WithPollInterval(300*time.Millisecond), outbox.WithLogger(quiet))
+	require.NoError(t, err)
+	runRelay(t, r)
+	waitFor(t, e, "the shards and the first poll", func() bool { return r.Stats().Shards == ob.Shards() && reads.Load() > 0 })
+	from := reads.Load()
+	const n = 50
+	tick := time.NewTicker(40 * time.Millisecond) // the wakes' pace, not a synchronisation
+	defer tick.Stop()
+	for range n {
+		<-tick.C
+		wakes <- struct{}{}
+	}
+	waitFor(t, e, "the last wake's read", func() bool { return reads.Load() >= from+n })
+	got := reads.Load() - from
+	assert.LessOrEqual(t, got, int64(n+1), "reads besides the wakes': polls while the relay was busy")
+	waitFor(t, e, "a poll, left alone", func() bool { return reads.Load() > from+got })
+}
