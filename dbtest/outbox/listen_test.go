@@ -95,8 +95,7 @@ func TestListenerSparesLooks(t *testing.T) {
 // for two seconds, with a poll interval of 300 ms: each wake reads once,
 // and no poll reads between them, since each read puts the poll off (a
 // poll on a fixed beat read 5 times more in those two seconds). Left
-// alone, the
-// relay polls again.
+// alone, the relay polls again.
 func TestPollOnlyWhenIdle(t *testing.T) {
 	t.Parallel()
 	k := kinds[1]
