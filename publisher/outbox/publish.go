@@ -132,6 +132,7 @@ func (ru *run) publish(ctx context.Context, g []row) {
 	}
 	c.next = g[len(b.results)-1].seq + 1
 	c.batches++
+	ru.batches++
 	ru.r.rec.sent(again)
 	ru.inflightRows += len(b.results)
 	ru.wg.Add(1)

@@ -161,7 +161,7 @@ func (r *Relay) Run(ctx context.Context) error {
 				settleSoon.Reset(settleDelay)
 			}
 			ready = ru.collect(ready, b)
-			if len(ready) == ru.batchesInFlight() { // nothing more to wait for
+			if len(ready) == ru.batches { // nothing more to wait for
 				settleSoon.Stop()
 				ready = ru.settleAndRead(ctx, ready)
 			}
@@ -205,15 +205,6 @@ func (r *Relay) Run(ctx context.Context) error {
 	ru.settle(ctx, ready)
 	ru.drain()
 	return publisher.ErrClosed
-}
-
-// batchesInFlight counts the batches whose results are awaited.
-func (ru *run) batchesInFlight() int {
-	n := 0
-	for _, c := range ru.keys {
-		n += c.batches
-	}
-	return n
 }
 
 // settleAndRead settles ready, goes on with a pass that waited for room,

@@ -36,6 +36,7 @@ type run struct {
 
 	keys         map[string]*chain  // keys with events in flight
 	inflightRows int                // events in flight, over keys
+	batches      int                // batches not settled, over keys: their chains' batches
 	failing      map[string]failure // keys whose last run failed, until one succeeds
 	resume       map[string]bool    // keys whose sent events are to be read again
 	aside        map[string]failure // keys set aside for a bad row

@@ -23,6 +23,7 @@ func (ru *run) settle(ctx context.Context, bs []*batch) {
 		ru.inflightRows -= len(b.results)
 		c := ru.keys[b.key]
 		c.batches--
+		ru.batches--
 		f, was := ru.failing[b.key]
 		switch {
 		case b.err == nil && b.ok > 0 && was && !c.failed:
