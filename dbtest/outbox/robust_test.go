@@ -240,6 +240,24 @@ func TestNewChecksTheTablesItFinds(t *testing.T) {
 	})
 }
 
+// TestNewRefusesATableWithoutRowid makes the events table by hand on
+// SQLite, with the outbox's columns but WITHOUT ROWID: the relay's
+// delete finds rows by their rowid, so New refuses the table, naming it,
+// rather than have every delete fail.
+func TestNewRefusesATableWithoutRowid(t *testing.T) {
+	t.Parallel()
+	k := kinds[0]
+	require.Equal(t, outbox.SQLite, k.dialect)
+	ctx := harness.Context(t, testTimeout)
+	db := k.open(t)
+	execQ(t, db, k, `CREATE TABLE keyorder_outbox (key TEXT NOT NULL, seq BIGINT NOT NULL, shard INTEGER NOT NULL,
+		data BLOB, headers TEXT NOT NULL, created BIGINT NOT NULL, sent INTEGER NOT NULL DEFAULT 0,
+		PRIMARY KEY (key, seq)) WITHOUT ROWID`)
+	_, err := outbox.New(ctx, db, k.dialect)
+	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "keyorder_outbox has no rowid")
+}
+
 // TestDialectMismatchIsNamed opens each database with the other's
 // Dialect.
 func TestDialectMismatchIsNamed(t *testing.T) {

@@ -193,6 +193,13 @@ func (o *Outbox) create(ctx context.Context, cfg config) error {
 	if err := o.checkShape(ctx, tx, columns); err != nil {
 		return err
 	}
+	if o.d == SQLite {
+		// The relay's delete finds the rows it deletes by their rowid.
+		if _, err := tx.ExecContext(ctx, `SELECT rowid FROM `+o.t.events+` LIMIT 0`); err != nil {
+			return fmt.Errorf("%w: table %s has no rowid (WITHOUT ROWID), which an outbox's has: name the outbox's tables with WithTable",
+				ErrInvalidConfig, o.t.events)
+		}
+	}
 	if o.d == PostgreSQL {
 		if err := o.createTrigger(ctx, tx); err != nil {
 			return err

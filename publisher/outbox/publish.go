@@ -88,15 +88,6 @@ func (ru *run) mark(ctx context.Context, groups [][]row) ([][]row, error) {
 	return out, nil
 }
 
-// ranges returns a WITH clause naming v the table (key, lo, hi) of n
-// rows, as one statement's arguments give them, three a row: a join with
-// it finds each key's rows by the primary key's index and bounds its
-// numbers.
-func ranges(n int) string {
-	return "WITH v (key, lo, hi) AS (VALUES " +
-		strings.TrimSuffix(strings.Repeat("(CAST(? AS TEXT), CAST(? AS BIGINT), CAST(? AS BIGINT)),", n), ",") + ")"
-}
-
 // publish publishes one key's run, stamped, behind the key's chain in
 // flight, and starts its waiter.
 func (ru *run) publish(ctx context.Context, g []row) {
