@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -35,6 +37,20 @@ func (l *seqLog) get() []uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.seqs)
+}
+
+// handOverLeases bounds the leases of a hand-over's Receives to 10 s: the
+// official client cancels its streams and nacks in a request of its
+// own, and when the nack reaches the server before the cancel, the server
+// sends the messages again to the stream being cancelled, where they stay
+// leased until the stream's ack deadline, up to a minute by default
+// (seen: 62 deliveries of 31 messages, 31 nacked, 31 leased, no stream open).
+func handOverLeases() subscriber.Option {
+	rs := pubsub.DefaultReceiveSettings
+	// Both bounds: on exactly once the client's lower bound is otherwise a
+	// minute.
+	rs.MinDurationPerAckExtension, rs.MaxDurationPerAckExtension = 10*time.Second, 10*time.Second
+	return subscriber.WithReceiveSettings(rs)
 }
 
 // handOver runs a Receive on e.sub whose handler holds its first call
@@ -72,7 +88,7 @@ func TestEarlierNumbersRunFirst(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newFakeEnv(t, []orderingtest.Option{orderingtest.WithEmulatorRedelivery()},
-				append([]subscriber.Option{subscriber.WithUnorderedRedelivery(), subscriber.WithDrainTimeout(100 * time.Millisecond)}, tc.opts...)...)
+				append([]subscriber.Option{subscriber.WithUnorderedRedelivery(), subscriber.WithDrainTimeout(100 * time.Millisecond), handOverLeases()}, tc.opts...)...)
 			earlierNumbersRunFirst(t, e)
 		})
 	}

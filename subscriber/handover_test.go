@@ -113,7 +113,8 @@ func TestSignedHandOverRunsAll(t *testing.T) {
 	t.Parallel()
 	const n = 30
 	e := newFakeEnv(t, []orderingtest.Option{orderingtest.WithEmulatorRedelivery()},
-		subscriber.WithUnorderedRedelivery(), subscriber.WithDrainTimeout(100*time.Millisecond), subscriber.WithStampKey(stampKey))
+		subscriber.WithUnorderedRedelivery(), subscriber.WithDrainTimeout(100*time.Millisecond), subscriber.WithStampKey(stampKey),
+		handOverLeases())
 	publishSigned(t, e.client, e.topic, append(honest("k", 1, n), forgeries("k", nil)[0]))
 	handOver(t, e, n+1)
 	c := newStampCalls()
