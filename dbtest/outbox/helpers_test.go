@@ -95,6 +95,16 @@ func newOutbox(t testing.TB, ctx context.Context, db *sql.DB, k dbKind) *outbox.
 	return ob
 }
 
+// setUp returns what most tests begin with: a context bounded by
+// testTimeout, a fresh database of k, a fake server, and an outbox on the
+// database.
+func setUp(t *testing.T, k dbKind) (context.Context, *sql.DB, *env, *outbox.Outbox) {
+	t.Helper()
+	ctx := harness.Context(t, testTimeout)
+	db, e := k.open(t), newEnv(t)
+	return ctx, db, e, newOutbox(t, ctx, db, k)
+}
+
 // add commits one transaction that adds msgs to key.
 func add(t testing.TB, ctx context.Context, db *sql.DB, ob *outbox.Outbox, key string, data ...string) {
 	t.Helper()

@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/publisher"
 )
@@ -22,9 +21,7 @@ func TestMarkIsARowAKey(t *testing.T) {
 	t.Parallel()
 	eachDB(t, func(t *testing.T, k dbKind) {
 		t.Parallel()
-		ctx := harness.Context(t, testTimeout)
-		db, e := k.open(t), newEnv(t)
-		ob := newOutbox(t, ctx, db, k)
+		ctx, db, e, ob := setUp(t, k)
 		hold := e.srv.HoldPublish(orderingtest.Key("a"))
 		r := startRelay(t, ob, e)
 		var data []string
@@ -62,9 +59,7 @@ func TestEarlierVersionsMarks(t *testing.T) {
 	t.Parallel()
 	eachDB(t, func(t *testing.T, k dbKind) {
 		t.Parallel()
-		ctx := harness.Context(t, testTimeout)
-		db, e := k.open(t), newEnv(t)
-		ob := newOutbox(t, ctx, db, k)
+		ctx, db, e, ob := setUp(t, k)
 		add(t, ctx, db, ob, "a", "a1", "a2", "a3")
 		execQ(t, db, k, `UPDATE keyorder_outbox SET sent = 1 WHERE key = 'a' AND seq <= 2`)
 		r := startRelay(t, ob, e)
@@ -83,9 +78,7 @@ func TestManyKeysInFlight(t *testing.T) {
 	t.Parallel()
 	eachDB(t, func(t *testing.T, k dbKind) {
 		t.Parallel()
-		ctx := harness.Context(t, testTimeout)
-		db, e := k.open(t), newEnv(t)
-		ob := newOutbox(t, ctx, db, k)
+		ctx, db, e, ob := setUp(t, k)
 		const keys = 1000
 		hold := e.srv.HoldPublish(orderingtest.AnyMessage)
 		r := startRelay(t, ob, e)

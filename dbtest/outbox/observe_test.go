@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 
-	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/internal/metrictest"
 	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/publisher/outbox"
@@ -22,9 +21,7 @@ func TestRelayMetrics(t *testing.T) {
 	t.Parallel()
 	eachDB(t, func(t *testing.T, k dbKind) {
 		t.Parallel()
-		ctx := harness.Context(t, testTimeout)
-		db, e := k.open(t), newEnv(t)
-		ob := newOutbox(t, ctx, db, k)
+		ctx, db, e, ob := setUp(t, k)
 		e.srv.LosePublishResponses(orderingtest.Key("b"), codes.FailedPrecondition, 1)
 		for range 5 {
 			add(t, ctx, db, ob, "a", "x")

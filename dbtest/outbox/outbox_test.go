@@ -5,8 +5,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-
-	"github.com/keyorder/keyorder/internal/harness"
 )
 
 // TestRelayPublishesInOrder is the happy path: events of several keys,
@@ -16,9 +14,7 @@ func TestRelayPublishesInOrder(t *testing.T) {
 	t.Parallel()
 	eachDB(t, func(t *testing.T, k dbKind) {
 		t.Parallel()
-		ctx := harness.Context(t, testTimeout)
-		db, e := k.open(t), newEnv(t)
-		ob := newOutbox(t, ctx, db, k)
+		ctx, db, e, ob := setUp(t, k)
 		want := map[string][]string{}
 		for i := range 20 {
 			key := fmt.Sprintf("k%d", i%5)

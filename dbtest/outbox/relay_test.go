@@ -75,9 +75,7 @@ func TestPublishFaults(t *testing.T) {
 	t.Parallel()
 	eachDB(t, func(t *testing.T, k dbKind) {
 		t.Parallel()
-		ctx := harness.Context(t, testTimeout)
-		db, e := k.open(t), newEnv(t)
-		ob := newOutbox(t, ctx, db, k)
+		ctx, db, e, ob := setUp(t, k)
 		failed := e.srv.FailPublish(orderingtest.Key("key-0"), codes.PermissionDenied, 3)
 		lost := e.srv.LosePublishResponses(orderingtest.Key("key-1"), codes.FailedPrecondition, 2)
 		want := map[string][]string{}

@@ -43,9 +43,7 @@ func TestBadRowsSetAsideTheirKeysOnly(t *testing.T) {
 	t.Parallel()
 	eachDB(t, func(t *testing.T, k dbKind) {
 		t.Parallel()
-		ctx := harness.Context(t, testTimeout)
-		db, e := k.open(t), newEnv(t)
-		ob := newOutbox(t, ctx, db, k)
+		ctx, db, e, ob := setUp(t, k)
 		for _, key := range []string{"a", "b", "c", "d"} {
 			add(t, ctx, db, ob, key, key+"1", key+"2", key+"3")
 		}
@@ -87,9 +85,7 @@ func TestForgedRelayRowStarvesNoShard(t *testing.T) {
 	t.Parallel()
 	eachDB(t, func(t *testing.T, k dbKind) {
 		t.Parallel()
-		ctx := harness.Context(t, testTimeout)
-		db, e := k.open(t), newEnv(t)
-		ob := newOutbox(t, ctx, db, k)
+		ctx, db, e, ob := setUp(t, k)
 		execQ(t, db, k, `INSERT INTO keyorder_outbox_relays (id, expires) VALUES ('relay#ghost', ?)`, time.Now().Add(time.Hour).UnixNano())
 		for i := range 40 {
 			add(t, ctx, db, ob, fmt.Sprintf("key-%d", i), "x")
@@ -127,9 +123,7 @@ func TestRowOfNoShardIsPublished(t *testing.T) {
 	t.Parallel()
 	eachDB(t, func(t *testing.T, k dbKind) {
 		t.Parallel()
-		ctx := harness.Context(t, testTimeout)
-		db, e := k.open(t), newEnv(t)
-		ob := newOutbox(t, ctx, db, k)
+		ctx, db, e, ob := setUp(t, k)
 		add(t, ctx, db, ob, "a", "a1")
 		execQ(t, db, k, `UPDATE keyorder_outbox SET shard = 99999 WHERE key = 'a'`)
 		r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLease(300*time.Millisecond), outbox.WithLogger(quiet))
@@ -300,9 +294,7 @@ func TestRunReturnsErrClosed(t *testing.T) {
 	t.Parallel()
 	eachDB(t, func(t *testing.T, k dbKind) {
 		t.Parallel()
-		ctx := harness.Context(t, testTimeout)
-		db, e := k.open(t), newEnv(t)
-		ob := newOutbox(t, ctx, db, k)
+		ctx, db, e, ob := setUp(t, k)
 		add(t, ctx, db, ob, "a", "a1")
 		pub := e.publisher(t)
 		require.NoError(t, pub.Close(ctx))
@@ -319,9 +311,7 @@ func TestStampKeySignsEveryStamp(t *testing.T) {
 	t.Parallel()
 	eachDB(t, func(t *testing.T, k dbKind) {
 		t.Parallel()
-		ctx := harness.Context(t, testTimeout)
-		db, e := k.open(t), newEnv(t)
-		ob := newOutbox(t, ctx, db, k)
+		ctx, db, e, ob := setUp(t, k)
 		key, other := []byte("0123456789abcdef0123456789abcdef"), []byte("fedcba9876543210fedcba9876543210")
 		_, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithStampKey([]byte("short")))
 		require.ErrorIs(t, err, outbox.ErrInvalidConfig)
@@ -392,9 +382,7 @@ func TestNextEventsGoBehindThoseInFlight(t *testing.T) {
 	t.Parallel()
 	eachDB(t, func(t *testing.T, k dbKind) {
 		t.Parallel()
-		ctx := harness.Context(t, testTimeout)
-		db, e := k.open(t), newEnv(t)
-		ob := newOutbox(t, ctx, db, k)
+		ctx, db, e, ob := setUp(t, k)
 		hold := e.srv.HoldPublish(orderingtest.Key("a"))
 		r := startRelay(t, ob, e)
 		add(t, ctx, db, ob, "a", "a1", "a2")
@@ -424,9 +412,7 @@ func TestFailedRunBelowABadRow(t *testing.T) {
 	t.Parallel()
 	eachDB(t, func(t *testing.T, k dbKind) {
 		t.Parallel()
-		ctx := harness.Context(t, testTimeout)
-		db, e := k.open(t), newEnv(t)
-		ob := newOutbox(t, ctx, db, k)
+		ctx, db, e, ob := setUp(t, k)
 		add(t, ctx, db, ob, "k", "k1", "k2", "k3", "k4")
 		execQ(t, db, k, `UPDATE keyorder_outbox SET headers = '{not json' WHERE key = 'k' AND seq = 4`)
 		failed := e.srv.FailPublish(orderingtest.Key("k"), codes.PermissionDenied, 1)

@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/ordering"
 	"github.com/keyorder/keyorder/publisher/outbox"
 )
@@ -22,9 +21,7 @@ func TestUntakenEventsGoFirst(t *testing.T) {
 	t.Parallel()
 	eachDB(t, func(t *testing.T, k dbKind) {
 		t.Parallel()
-		ctx := harness.Context(t, testTimeout)
-		db, e := k.open(t), newEnv(t)
-		ob := newOutbox(t, ctx, db, k)
+		ctx, db, e, ob := setUp(t, k)
 		r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLogger(quiet), outbox.WithLease(300*time.Millisecond))
 		require.NoError(t, err)
 		runRelay(t, r)
