@@ -167,11 +167,11 @@ func (ru *run) delete(ctx context.Context, bs []*batch) error {
 		// the primary key's index. On SQLite, key IN (...) with a CASE on
 		// the key for each bound cost a look at every key per row: 53 ms
 		// for 2,000 rows of 1,000 keys, against 12 ms joined.
-		q := ranges(n) + ` DELETE FROM ` + o.t.events + ` USING v WHERE ` + o.t.events + `.key = v.key AND ` +
-			o.t.events + `.seq >= v.lo AND ` + o.t.events + `.seq <= v.hi`
+		q := ranges(n) + ` DELETE FROM ` + o.t.events
 		if o.d == SQLite {
-			q = ranges(n) + ` DELETE FROM ` + o.t.events + ` WHERE rowid IN (SELECT e.rowid FROM v JOIN ` + o.t.events +
-				` e ON e.key = v.key AND e.seq >= v.lo AND e.seq <= v.hi)`
+			q += ` WHERE rowid IN (SELECT e.rowid FROM v JOIN ` + o.t.events + ` e ON e.key = v.key AND e.seq >= v.lo AND e.seq <= v.hi)`
+		} else {
+			q += ` e USING v WHERE e.key = v.key AND e.seq >= v.lo AND e.seq <= v.hi`
 		}
 		_, err := ru.exec(ctx, o.d.Rebind(q), args...)
 		args = args[:0]
