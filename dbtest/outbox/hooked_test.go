@@ -14,6 +14,7 @@ const pageRead = "SELECT e.key, e.seq, e.shard, e.data, e.headers, e.sent"
 type hooks struct {
 	query func(q string) error // before each query, if set: its error fails it
 	exec  func(q string) error // before each statement that returns no rows, if set: its error fails it
+	row   func(q string)       // for each row a query returns, if set
 }
 
 // openHooked opens dsn with k's driver, on connections that call h.
@@ -61,7 +62,25 @@ func (c hookedConn) QueryContext(ctx context.Context, q string, args []driver.Na
 			return nil, err
 		}
 	}
-	return c.wholeConn.QueryContext(ctx, q, args)
+	rs, err := c.wholeConn.QueryContext(ctx, q, args)
+	if err != nil || c.h.row == nil {
+		return rs, err
+	}
+	return hookedRows{rs, func() { c.h.row(q) }}, nil
+}
+
+// hookedRows calls row for each row it gives.
+type hookedRows struct {
+	driver.Rows
+	row func()
+}
+
+func (r hookedRows) Next(dest []driver.Value) error {
+	err := r.Rows.Next(dest)
+	if err == nil {
+		r.row()
+	}
+	return err
 }
 
 func (c hookedConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
