@@ -116,12 +116,14 @@ func (ru *run) publish(ctx context.Context, g []row) {
 			publisher.WithOrderingKey(key), publisher.WithAfter(c.last))
 		c.last = res
 		b.results = append(b.results, res)
-		if closedNow(res) {
-			ru.closed = true
-			break
-		}
 	}
-	c.next = g[len(b.results)-1].seq + 1
+	// Once closed, the publisher refuses every Publish at once: the run's
+	// last event tells. A look at each event cost each a channel, made by
+	// Ready for a Result still pending (10,000 a round of 10,000 events).
+	if closedNow(c.last) {
+		ru.closed = true
+	}
+	c.next = g[len(g)-1].seq + 1
 	c.batches++
 	ru.batches++
 	ru.r.rec.sent(again)
