@@ -36,7 +36,7 @@ func execQ(t *testing.T, db *sql.DB, k dbKind, q string, args ...any) {
 
 // TestBadRowsSetAsideTheirKeysOnly writes rows no Add writes: headers
 // that do not decode, a number past 2^32-1, and on SQLite text for a
-// number. Each sets aside its own key only, from that row on, with one
+// number and a number for data. Each sets aside its own key only, from that row on, with one
 // Warn however often it is read again, and is counted; the other keys
 // and the rows before go on.
 func TestBadRowsSetAsideTheirKeysOnly(t *testing.T) {
@@ -44,7 +44,7 @@ func TestBadRowsSetAsideTheirKeysOnly(t *testing.T) {
 	eachDB(t, func(t *testing.T, k dbKind) {
 		t.Parallel()
 		ctx, db, e, ob := setUp(t, k)
-		for _, key := range []string{"a", "b", "c", "d"} {
+		for _, key := range []string{"a", "b", "c", "d", "e"} {
 			add(t, ctx, db, ob, key, key+"1", key+"2", key+"3")
 		}
 		execQ(t, db, k, `UPDATE keyorder_outbox SET headers = '{not json' WHERE key = 'a' AND seq = 2`)
@@ -54,6 +54,8 @@ func TestBadRowsSetAsideTheirKeysOnly(t *testing.T) {
 		if k.dialect == outbox.SQLite {
 			execQ(t, db, k, `UPDATE keyorder_outbox SET seq = 'two' WHERE key = 'c' AND seq = 2`)
 			bad["c"] = []string{"c1"}
+			execQ(t, db, k, `UPDATE keyorder_outbox SET data = 5 WHERE key = 'e' AND seq = 2`)
+			bad["e"] = []string{"e1"}
 		}
 		var logs harness.Buffer
 		r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
