@@ -36,9 +36,9 @@ func execQ(t *testing.T, db *sql.DB, k dbKind, q string, args ...any) {
 
 // TestBadRowsSetAsideTheirKeysOnly writes rows no Add writes: headers
 // that do not decode, a number past 2^32-1, and on SQLite text for a
-// number and a number for data. Each sets aside its own key only, from that row on, with one
-// Warn however often it is read again, and is counted; the other keys
-// and the rows before go on.
+// number and a number for data. Each sets aside its own key only, from
+// that row on, with one Warn however often it is read again, and is
+// counted; the other keys and the rows before go on.
 func TestBadRowsSetAsideTheirKeysOnly(t *testing.T) {
 	t.Parallel()
 	eachDB(t, func(t *testing.T, k dbKind) {

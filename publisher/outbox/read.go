@@ -42,7 +42,7 @@ func (ru *run) query(ctx context.Context, handle func([]row) error) (bool, error
 	// Were the invariant broken, events marked and not taken would be sent
 	// again from there, counted as first sends. While events are in
 	// flight, the join keeps a read from taking them again.
-	unmarked := len(fresh) == 0 && len(ru.keys) == 0 && len(ru.failing) == 0 && len(ru.resume) == 0
+	unmarked := len(fresh) == 0 && len(p.due) == 0 && len(ru.keys) == 0 && len(ru.failing) == 0 && len(ru.resume) == 0
 	var where []string
 	var args []any
 	if len(steady) > 0 && unmarked {
