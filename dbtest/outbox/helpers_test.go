@@ -105,6 +105,15 @@ func setUp(t *testing.T, k dbKind) (context.Context, *sql.DB, *env, *outbox.Outb
 	return ctx, db, e, newOutbox(t, ctx, db, k)
 }
 
+// numbered returns prefix1 to prefixN.
+func numbered(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%d", prefix, i+1)
+	}
+	return out
+}
+
 // add commits one transaction that adds msgs to key.
 func add(t testing.TB, ctx context.Context, db *sql.DB, ob *outbox.Outbox, key string, data ...string) {
 	t.Helper()

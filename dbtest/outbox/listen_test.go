@@ -35,21 +35,7 @@ func TestListenerSparesLooks(t *testing.T) {
 		tx    *sql.Tx
 	}
 	notify := make(chan struct{}, 1)
-	listener := func(ctx context.Context, channel string) (<-chan struct{}, error) {
-		ch := make(chan struct{}, 1)
-		go func() {
-			defer close(ch)
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-notify:
-					ch <- struct{}{}
-				}
-			}
-		}()
-		return ch, nil
-	}
+	listener := forward(notify)
 	open := func(opts ...outbox.RelayOption) *side {
 		s := &side{e: newEnv(t)}
 		s.reads = new(atomic.Int64)
@@ -110,25 +96,7 @@ func TestPollOnlyWhenIdle(t *testing.T) {
 	}})
 	ob, e := newOutbox(t, ctx, db, k), newEnv(t)
 	wakes := make(chan struct{})
-	listener := func(lctx context.Context, _ string) (<-chan struct{}, error) {
-		ch := make(chan struct{})
-		go func() {
-			defer close(ch)
-			for {
-				select {
-				case <-lctx.Done():
-					return
-				case <-wakes:
-				}
-				select {
-				case ch <- struct{}{}: // taken by the relay's loop, which reads next
-				case <-lctx.Done():
-					return
-				}
-			}
-		}()
-		return ch, nil
-	}
+	listener := forward(wakes)
 	r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithListener(listener),
 		outbox.WithPollInterval(300*time.Millisecond), outbox.WithLogger(quiet))
 	require.NoError(t, err)
@@ -146,4 +114,28 @@ func TestPollOnlyWhenIdle(t *testing.T) {
 	got := reads.Load() - from
 	assert.LessOrEqual(t, got, int64(n+1), "reads besides the wakes': polls while the relay was busy")
 	waitFor(t, e, "a poll, left alone", func() bool { return reads.Load() > from+got })
+}
+
+// forward returns a Listener that hands each signal of wakes on to the
+// relay, waiting for the relay to take it.
+func forward(wakes <-chan struct{}) outbox.Listener {
+	return func(ctx context.Context, _ string) (<-chan struct{}, error) {
+		ch := make(chan struct{})
+		go func() {
+			defer close(ch)
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-wakes:
+				}
+				select {
+				case ch <- struct{}{}: // taken by the relay's loop, which reads next
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+		return ch, nil
+	}
 }

@@ -27,10 +27,7 @@ func TestMarkIsARowAKey(t *testing.T) {
 		ctx, db, e, ob := setUp(t, k)
 		hold := e.srv.HoldPublish(orderingtest.Key("a"))
 		r := startRelay(t, ob, e)
-		var data []string
-		for i := 1; i <= 30; i++ {
-			data = append(data, fmt.Sprintf("a%d", i))
-		}
+		data := numbered("a", 30)
 		add(t, ctx, db, ob, "a", data...)
 		add(t, ctx, db, ob, "b", "b1", "b2")
 		require.NoError(t, hold.Wait(ctx, 1))
@@ -138,10 +135,7 @@ func TestReadLeavesOutWhatIsInFlight(t *testing.T) {
 		e := newEnv(t)
 		hold := e.srv.HoldPublish(orderingtest.Key("a"))
 		r := startRelay(t, ob, e)
-		var data []string
-		for i := 1; i <= 50; i++ {
-			data = append(data, fmt.Sprintf("a%d", i))
-		}
+		data := numbered("a", 50)
 		add(t, ctx, db, ob, "a", data...)
 		require.NoError(t, hold.Wait(ctx, 1))
 		read := rows.Load()
