@@ -151,3 +151,32 @@ func TestReadLeavesOutWhatIsInFlight(t *testing.T) {
 		assert.Zero(t, r.Stats().Resent)
 	})
 }
+
+// TestMarkAndDeleteTakeAnyKey: the mark and the delete name each key in
+// their table of keys (JSON on PostgreSQL, a VALUES list on SQLite), so
+// a key of quotes, backslashes, braces or letters beyond ASCII is marked
+// under its own name, and its events published in order and deleted.
+func TestMarkAndDeleteTakeAnyKey(t *testing.T) {
+	t.Parallel()
+	eachDB(t, func(t *testing.T, k dbKind) {
+		t.Parallel()
+		ctx, db, e, ob := setUp(t, k)
+		keys := []string{`q"uote`, `back\slash`, `{"key":"x"}`, `'single'`, "<&>", "ünïcödé/ключ", "🔑\u2028"}
+		want := map[string][]string{}
+		for i, key := range keys {
+			want[key] = numbered(fmt.Sprintf("k%d-", i), 3)
+			add(t, ctx, db, ob, key, want[key]...)
+		}
+		r := startRelay(t, ob, e)
+		waitFor(t, e, "the outbox to empty", func() bool { return pending(t, db) == 0 })
+		v := e.view(t, ob.Producer())
+		assert.Equal(t, want, v.firsts)
+		assert.Empty(t, v.disorder)
+		assert.Zero(t, r.Stats().Resent)
+		for _, key := range keys {
+			var upto int64
+			require.NoError(t, db.QueryRowContext(ctx, k.dialect.Rebind(`SELECT upto FROM keyorder_outbox_sent WHERE key = ?`), key).Scan(&upto), key)
+			assert.EqualValues(t, 3, upto, key)
+		}
+	})
+}

@@ -3,7 +3,6 @@ package outbox
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/keyorder/keyorder/ordering"
@@ -11,7 +10,7 @@ import (
 )
 
 // markChunk is the most keys one statement marks or deletes, which keeps
-// its arguments under both databases' bounds.
+// its arguments under SQLite's bound, and each statement short.
 const markChunk = 500
 
 // mark records that every event of groups is sent, before they are: a
@@ -36,12 +35,13 @@ func (ru *run) mark(ctx context.Context, groups [][]row) ([][]row, error) {
 	out := make([][]row, 0, len(groups))
 	for start := 0; start < len(groups); start += markChunk {
 		chunk := groups[start:min(start+markChunk, len(groups))]
-		args := make([]any, 0, 4*len(chunk)+2)
-		for _, g := range chunk {
-			args = append(args, g[0].key, g[0].shard, g[len(g)-1].seq, g[0].floor)
+		keys := make([]string, len(chunk))
+		shards, his, los := make([]int64, len(chunk)), make([]int64, len(chunk)), make([]int64, len(chunk))
+		for i, g := range chunk {
+			keys[i], shards[i], his[i], los[i] = g[0].key, int64(g[0].shard), g[len(g)-1].seq, g[0].floor
 		}
-		q := `WITH v (key, shard, hi, lo) AS (VALUES ` + strings.TrimSuffix(strings.Repeat(
-			"(CAST(? AS TEXT), CAST(? AS INTEGER), CAST(? AS BIGINT), CAST(? AS BIGINT)),", len(chunk)), ",") + `)
+		v, args := table(o.d, "shard, hi, lo", keys, shards, his, los)
+		q := v + `
 			INSERT INTO ` + o.t.sent + ` (key, upto) SELECT key, hi FROM v
 			WHERE shard IN (SELECT shard FROM ` + o.t.leases + ` WHERE owner = ? AND expires > ?)
 				AND (lo = 0 OR NOT EXISTS (SELECT 1 FROM ` + o.t.events + ` p WHERE p.key = v.key AND p.seq < v.lo))

@@ -2,6 +2,8 @@ package outbox
 
 import (
 	"context"
+	"encoding/json"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -157,29 +159,30 @@ func (ru *run) delete(ctx context.Context, bs []*batch) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stmtTimeout)
 	defer cancel()
 	o := ru.r.o
-	var args []any // (key, first, last) a key
+	var keys []string
+	var los, his []int64
 	flush := func() error {
-		n := len(args) / 3
-		if n == 0 {
+		if len(keys) == 0 {
 			return nil
 		}
 		// A join with the keys' ranges, which finds each key's rows by
 		// the primary key's index. On SQLite, key IN (...) with a CASE on
 		// the key for each bound cost a look at every key per row: 53 ms
 		// for 2,000 rows of 1,000 keys, against 12 ms joined.
-		q := ranges(n) + ` DELETE FROM ` + o.t.events
+		v, args := table(o.d, "lo, hi", keys, los, his)
+		q := v + ` DELETE FROM ` + o.t.events
 		if o.d == SQLite {
 			q += ` WHERE rowid IN (SELECT e.rowid FROM v JOIN ` + o.t.events + ` e ON e.key = v.key AND e.seq >= v.lo AND e.seq <= v.hi)`
 		} else {
 			q += ` e USING v WHERE e.key = v.key AND e.seq >= v.lo AND e.seq <= v.hi`
 		}
 		_, err := ru.exec(ctx, o.d.Rebind(q), args...)
-		args = args[:0]
+		keys, los, his = keys[:0], los[:0], his[:0]
 		return err
 	}
 	for key, seq := range upTo {
-		args = append(args, key, from[key], seq)
-		if len(args) == 3*markChunk {
+		keys, los, his = append(keys, key), append(los, from[key]), append(his, seq)
+		if len(keys) == markChunk {
 			if err := flush(); err != nil {
 				return err
 			}
@@ -188,13 +191,50 @@ func (ru *run) delete(ctx context.Context, bs []*batch) error {
 	return flush()
 }
 
-// ranges returns a WITH clause naming v the table (key, lo, hi) of n
-// rows, as one statement's arguments give them, three a row: a join with
-// it finds each key's rows by the primary key's index and bounds its
-// numbers.
-func ranges(n int) string {
-	return "WITH v (key, lo, hi) AS (VALUES " +
-		strings.TrimSuffix(strings.Repeat("(CAST(? AS TEXT), CAST(? AS BIGINT), CAST(? AS BIGINT)),", n), ",") + ")"
+// table returns a WITH clause naming v the table (key, cols...) of
+// len(keys) rows, key TEXT from keys and each of cols BIGINT from one of
+// nums, and the clause's arguments. A join with it finds each key's rows
+// by the primary key's index.
+//
+// On SQLite it is a VALUES list, an argument a cell. On PostgreSQL it is
+// one argument, the rows in JSON: the statement's text is then the same
+// whatever its count of rows, so that a driver's cache of prepared
+// statements serves it, and it binds one argument, not one a cell. In a
+// log of the relay's statements (PostgreSQL, 6 rounds of 2,000 events, no
+// latency), as VALUES lists the mark and the deletes were parsed again at
+// most counts of keys, and their parse and bind cost 3.5 ms a round over
+// 50 keys and 9.8 ms over 1,000; in JSON, 1.4 and 2.0 ms.
+func table(d Dialect, cols string, keys []string, nums ...[]int64) (string, []any) {
+	names := strings.Split(cols, ", ")
+	if d == PostgreSQL {
+		var b strings.Builder
+		b.WriteByte('[')
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(`{"key":`)
+			q, _ := json.Marshal(k) // a string always marshals
+			b.Write(q)
+			for j, n := range nums {
+				b.WriteString(`,"` + names[j] + `":`)
+				b.WriteString(strconv.FormatInt(n[i], 10))
+			}
+			b.WriteByte('}')
+		}
+		b.WriteByte(']')
+		return "WITH v AS (SELECT * FROM json_to_recordset(CAST(? AS JSON)) AS r (key TEXT, " +
+			strings.Join(names, " BIGINT, ") + " BIGINT))", []any{b.String()}
+	}
+	row := "(CAST(? AS TEXT)" + strings.Repeat(", CAST(? AS BIGINT)", len(nums)) + "),"
+	args := make([]any, 0, len(keys)*(1+len(nums)))
+	for i, k := range keys {
+		args = append(args, k)
+		for _, n := range nums {
+			args = append(args, n[i])
+		}
+	}
+	return "WITH v (key, " + cols + ") AS (VALUES " + strings.TrimSuffix(strings.Repeat(row, len(keys)), ",") + ")", args
 }
 
 // drain waits up to the drain timeout for the batches in flight and the
