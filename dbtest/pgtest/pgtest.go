@@ -39,6 +39,12 @@ const Driver = "pgx"
 // the ones found on PATH or under /usr/lib/postgresql.
 const BinEnv = "KEYORDER_PG_BIN"
 
+// DurableEnv, set to 1, has the shared server write as a production
+// server does: fsync, synchronous commits and full-page writes on, so
+// that each commit waits for its WAL to reach the disk. By default they
+// are off, for speed.
+const DurableEnv = "KEYORDER_PG_DURABLE"
+
 // ErrNoServer says that the machine has no PostgreSQL server programs.
 var ErrNoServer = errors.New("pgtest: no PostgreSQL server binary (initdb, pg_ctl) installed; install Debian's postgresql package or set " + BinEnv)
 
@@ -132,7 +138,10 @@ func (s *Server) start() error {
 	}
 	// The socket, with trust authentication, is its user's alone (and
 	// root's): 0700, in a directory of 0700.
-	opts := fmt.Sprintf("-k %s -c unix_socket_permissions=0700 -c listen_addresses='' -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200", s.dir)
+	opts := fmt.Sprintf("-k %s -c unix_socket_permissions=0700 -c listen_addresses='' -c max_connections=200", s.dir)
+	if os.Getenv(DurableEnv) != "1" {
+		opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	}
 	if err := s.run("pg_ctl", "start", "-w", "-D", data, "-l", filepath.Join(s.dir, "log"), "-o", opts); err != nil {
 		return fmt.Errorf("%w\n%s", err, s.log())
 	}

@@ -1,6 +1,7 @@
 package pgtest
 
 import (
+	"database/sql"
 	"os"
 	"path/filepath"
 	"testing"
@@ -33,4 +34,27 @@ func TestPrivate(t *testing.T) {
 	st, err = os.Stat(filepath.Join(dir, ".s.PGSQL.5432"))
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o700), st.Mode().Perm(), "the socket")
+}
+
+// TestDurable checks that the shared server skips what makes a commit
+// durable, and that one started with DurableEnv set does it all.
+func TestDurable(t *testing.T) {
+	settings := func(db *sql.DB) (s [3]string) {
+		for i, name := range []string{"fsync", "synchronous_commit", "full_page_writes"} {
+			require.NoError(t, db.QueryRow("SHOW "+name).Scan(&s[i]))
+		}
+		return s
+	}
+	require.Equal(t, [3]string{"off", "off", "off"}, settings(Open(t)), "the shared server")
+
+	t.Setenv(DurableEnv, "1")
+	s, err := Start()
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Stop()) }()
+	dsn, err := s.NewDatabase()
+	require.NoError(t, err)
+	db, err := sql.Open(Driver, dsn)
+	require.NoError(t, err)
+	defer db.Close()
+	require.Equal(t, [3]string{"on", "on", "on"}, settings(db), "a server started with "+DurableEnv+"=1")
 }
