@@ -3,9 +3,7 @@ package outbox_test
 import (
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -76,73 +74,4 @@ func TestRelayWaitsForTheWriteLock(t *testing.T) {
 		assert.Equal(t, 20000, ms, "busy_timeout as the DSN sets it")
 	}
 	assert.True(t, strings.Contains(sqlitetest.DSN("x"), "busy_timeout(20000)"), "the DSN this test assumes")
-}
-
-// TestRelaySyncsNoCommitOfItsOwn: on SQLite in WAL mode with synchronous
-// FULL, the relay's kept connection commits its marks and deletes with
-// synchronous NORMAL, no sync of the WAL each (0.5 to 0.8 ms a commit on
-// these machines' disks, against 35 to 46 µs), and when Run returns
-// every connection of the pool has the application's FULL again. In WAL
-// mode with NORMAL already, or with a rollback journal, it changes
-// nothing.
-func TestRelaySyncsNoCommitOfItsOwn(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		name, from, to, mode string
-		lowered              bool
-	}{
-		{"WAL, FULL", "synchronous(NORMAL)", "synchronous(FULL)", "wal", true},
-		{"WAL, NORMAL", "", "", "wal", false},
-		{"rollback journal, FULL", "journal_mode(WAL)&_pragma=synchronous(NORMAL)", "journal_mode(DELETE)&_pragma=synchronous(FULL)", "delete", false},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			ctx := harness.Context(t, testTimeout)
-			dsn := sqlitetest.Fresh(t)
-			if c.from != "" {
-				require.Contains(t, dsn, c.from, "the DSN this test assumes")
-				dsn = strings.Replace(dsn, c.from, c.to, 1)
-			}
-			var mu sync.Mutex
-			var stmts []string
-			db := openHooked(t, kinds[0], dsn, hooks{exec: func(q string) error {
-				mu.Lock()
-				defer mu.Unlock()
-				stmts = append(stmts, q)
-				return nil
-			}})
-			db.SetMaxIdleConns(10) // so that the pool keeps what the relay gives back
-			var want int
-			var mode string
-			require.NoError(t, db.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&want))
-			require.NoError(t, db.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode))
-			require.Equal(t, c.mode, mode)
-
-			e := newEnv(t)
-			ob := newOutbox(t, ctx, db, kinds[0])
-			r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLogger(quiet))
-			require.NoError(t, err)
-			stop := runRelay(t, r)
-			data := numbered("a", 20)
-			add(t, ctx, db, ob, "a", data...)
-			waitFor(t, e, "the outbox to empty", func() bool { return pending(t, db) == 0 })
-			stop()
-			assert.Equal(t, data, e.view(t, ob.Producer()).firsts["a"])
-
-			mu.Lock()
-			lowered := slices.Contains(stmts, "PRAGMA synchronous = NORMAL")
-			mu.Unlock()
-			assert.Equal(t, c.lowered, lowered, "the kept connection's synchronous lowered")
-			open := db.Stats().OpenConnections
-			require.Positive(t, open)
-			for range open {
-				c, err := db.Conn(ctx)
-				require.NoError(t, err)
-				defer c.Close()
-				var got int
-				require.NoError(t, c.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&got))
-				assert.Equal(t, want, got, "synchronous as the DSN sets it")
-			}
-		})
-	}
 }

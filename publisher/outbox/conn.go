@@ -32,7 +32,6 @@ import (
 type keptConn struct {
 	c    *sql.Conn
 	busy time.Duration // SQLite: the application's busy_timeout, restored at giveBack
-	sync int           // SQLite: the application's synchronous, if FULL or EXTRA (2, 3) in WAL mode, restored at giveBack; 0 if unchanged
 }
 
 // busyStep bounds the waits between a SQLite write's tries.
@@ -97,12 +96,7 @@ func (ru *run) markWrite(ctx context.Context, f func(querier) error) error {
 	return f(ru.r.o.db)
 }
 
-// take takes a connection from db to keep; on SQLite, with busy_timeout
-// 0, and in WAL mode with synchronous NORMAL if it was FULL or EXTRA: the
-// relay's marks and deletes then commit without a sync of the WAL, which
-// the application's next commit of FULL syncs with it (a power cut may
-// undo the last of them: their events are sent again, copies). WAL with
-// NORMAL is what SQLite's documentation calls safe from corruption.
+// take takes a connection from db to keep; on SQLite, with busy_timeout 0.
 func (k *keptConn) take(ctx context.Context, db *sql.DB, d Dialect) error {
 	c, err := db.Conn(ctx)
 	if err != nil {
@@ -110,59 +104,35 @@ func (k *keptConn) take(ctx context.Context, db *sql.DB, d Dialect) error {
 	}
 	if d == SQLite {
 		var ms int64
-		var mode string
-		var sync int
-		err := c.QueryRowContext(ctx, `PRAGMA busy_timeout`).Scan(&ms)
-		if err == nil {
-			err = c.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode)
-		}
-		if err == nil {
-			err = c.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&sync)
-		}
-		if err == nil {
-			k.busy = time.Duration(ms) * time.Millisecond
-			_, err = c.ExecContext(ctx, `PRAGMA busy_timeout = 0`)
-		}
-		if err == nil && strings.EqualFold(mode, "wal") && sync > 1 {
-			k.sync = sync
-			_, err = c.ExecContext(ctx, `PRAGMA synchronous = NORMAL`)
-		}
-		if err != nil {
-			k.restore(c)
-			k.busy, k.sync = 0, 0
+		if err := c.QueryRowContext(ctx, `PRAGMA busy_timeout`).Scan(&ms); err != nil {
+			_ = c.Close()
 			return err
 		}
+		if _, err := c.ExecContext(ctx, `PRAGMA busy_timeout = 0`); err != nil {
+			_ = c.Close()
+			return err
+		}
+		k.busy = time.Duration(ms) * time.Millisecond
 	}
 	k.c = c
 	return nil
 }
 
-// giveBack gives the kept connection back to the pool, with its settings
-// as they were.
+// giveBack gives the kept connection back to the pool, with its
+// busy_timeout as it was; one whose setting cannot be restored is closed.
 func (k *keptConn) giveBack() {
 	if k.c == nil {
 		return
 	}
-	k.restore(k.c)
-	k.c, k.busy, k.sync = nil, 0, 0
-}
-
-// restore gives c back to the pool with the settings k changed as they
-// were; one whose settings cannot be restored is closed.
-func (k *keptConn) restore(c *sql.Conn) {
-	ctx, cancel := context.WithTimeout(context.Background(), stmtTimeout)
-	defer cancel()
-	var err error
-	if k.sync > 0 {
-		_, err = c.ExecContext(ctx, `PRAGMA synchronous = `+strconv.Itoa(k.sync))
+	if k.busy > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), stmtTimeout)
+		if _, err := k.c.ExecContext(ctx, `PRAGMA busy_timeout = `+strconv.FormatInt(k.busy.Milliseconds(), 10)); err != nil {
+			_ = k.c.Raw(func(any) error { return driver.ErrBadConn })
+		}
+		cancel()
 	}
-	if k.busy > 0 && err == nil {
-		_, err = c.ExecContext(ctx, `PRAGMA busy_timeout = `+strconv.FormatInt(k.busy.Milliseconds(), 10))
-	}
-	if err != nil {
-		_ = c.Raw(func(any) error { return driver.ErrBadConn })
-	}
-	_ = c.Close()
+	_ = k.c.Close()
+	k.c, k.busy = nil, 0
 }
 
 // locked reports whether err is SQLite's "database is locked"
