@@ -208,38 +208,51 @@ func TestRelayStoppedWithinAPage(t *testing.T) {
 }
 
 // TestMarkFailsWithinAPage fails one mark of a relay's read of a backlog
-// of 4,000 events: on SQLite the second, while the page is streamed (the
-// scan is cancelled, and its goroutine waited for), on PostgreSQL, which
-// reads a page whole, the first. The relay reports the failure, reads
-// again, and every key's events reach the topic in order, none lost.
+// of 4,000 events over 40 keys: on SQLite the second, while the page is
+// streamed (the scan is cancelled, and its goroutine waited for), on
+// PostgreSQL, which reads a page whole, the first. Over 300 keys, the
+// second: a page's keys are marked and published markStep (125) at a
+// time, so the first 125 are in flight when it fails. The relay reports
+// the failure, reads again, and every key's events reach the topic in
+// order, none lost.
 func TestMarkFailsWithinAPage(t *testing.T) {
 	t.Parallel()
 	eachDB(t, func(t *testing.T, k dbKind) {
 		t.Parallel()
-		ctx := harness.Context(t, testTimeout)
-		failAt := map[outbox.Dialect]int64{outbox.SQLite: 2, outbox.PostgreSQL: 1}[k.dialect]
-		var marks, failed atomic.Int64
-		db := openHooked(t, k, k.dsn(t), hooks{query: func(q string) error {
-			if strings.Contains(q, "INSERT INTO keyorder_outbox_sent") && marks.Add(1) == failAt {
-				failed.Add(1)
-				return errors.New("injected: the mark fails")
-			}
-			return nil
-		}})
-		ob := newOutbox(t, ctx, db, k)
-		e := newEnv(t)
-		want := addBacklog(t, ctx, db, ob, 4000, 40)
-		var log harness.Buffer
-		r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
-		require.NoError(t, err)
-		runRelay(t, r)
-		allOnceInOrder(t, e, db, ob, r, want)
-		assert.EqualValues(t, 1, failed.Load(), "the mark failed once")
-		assert.Contains(t, log.String(), "injected: the mark fails")
+		for _, c := range []struct {
+			events, keys int
+			failAt       int64
+		}{
+			{4000, 40, map[outbox.Dialect]int64{outbox.SQLite: 2, outbox.PostgreSQL: 1}[k.dialect]},
+			{600, 300, 2},
+		} {
+			t.Run(fmt.Sprintf("%dx%d", c.events, c.keys), func(t *testing.T) {
+				t.Parallel()
+				ctx := harness.Context(t, testTimeout)
+				var marks, failed atomic.Int64
+				db := openHooked(t, k, k.dsn(t), hooks{query: func(q string) error {
+					if strings.Contains(q, "INSERT INTO keyorder_outbox_sent") && marks.Add(1) == c.failAt {
+						failed.Add(1)
+						return errors.New("injected: the mark fails")
+					}
+					return nil
+				}})
+				ob := newOutbox(t, ctx, db, k)
+				e := newEnv(t)
+				want := addBacklog(t, ctx, db, ob, c.events, c.keys)
+				var log harness.Buffer
+				r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
+				require.NoError(t, err)
+				runRelay(t, r)
+				allOnceInOrder(t, e, db, ob, r, want)
+				assert.EqualValues(t, 1, failed.Load(), "the mark failed once")
+				assert.Contains(t, log.String(), "injected: the mark fails")
+			})
+		}
 	})
 }
 
-// addBacklog adds n events over keys keys k00, k01... in one
+// addBacklog adds n events over keys keys k000, k001... in one
 // transaction, and returns each key's data in order.
 func addBacklog(t *testing.T, ctx context.Context, db *sql.DB, ob *outbox.Outbox, n, keys int) map[string][]string {
 	t.Helper()
@@ -247,7 +260,7 @@ func addBacklog(t *testing.T, ctx context.Context, db *sql.DB, ob *outbox.Outbox
 	tx, err := db.BeginTx(ctx, nil)
 	require.NoError(t, err)
 	for i := range n {
-		key, data := fmt.Sprintf("k%02d", i%keys), fmt.Sprintf("e%d", i)
+		key, data := fmt.Sprintf("k%03d", i%keys), fmt.Sprintf("e%d", i)
 		require.NoError(t, ob.Add(ctx, tx, key, &publisher.Message{Data: []byte(data)}))
 		want[key] = append(want[key], data)
 	}

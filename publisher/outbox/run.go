@@ -142,17 +142,19 @@ func (ru *run) read(ctx context.Context) bool {
 			if len(groups) == 0 {
 				return nil
 			}
-			groups, err := ru.mark(ctx, groups)
-			if err != nil {
-				for _, g := range groups {
-					ru.resume[g[0].key] = true // marked, maybe, and not sent
-					ru.unpublished(g[0].key)
+			for start := 0; start < len(groups); start += markStep {
+				marked, err := ru.mark(ctx, groups[start:min(start+markStep, len(groups))])
+				if err != nil {
+					for _, g := range groups[start:] {
+						ru.resume[g[0].key] = true // marked, maybe, and not sent
+						ru.unpublished(g[0].key)
+					}
+					return &markError{err}
 				}
-				return &markError{err}
-			}
-			for _, g := range groups {
-				ru.publish(ctx, g)
-				published = true
+				for _, g := range marked {
+					ru.publish(ctx, g)
+					published = true
+				}
 			}
 			return nil
 		})
