@@ -16,7 +16,7 @@ const markChunk = 500
 
 // markStep is the most keys one statement marks: a page's runs are
 // marked and published markStep keys at a time, so that the first go out
-// while the next are marked. The mark, an upsert a key, runs 6 to 10 µs a
+// while the next are marked. The mark, an upsert a key, runs 6 to 12 µs a
 // key on PostgreSQL: over 1,000 keys in steps of 500 the first events
 // waited 9 to 10 ms for it.
 const markStep = 125
