@@ -21,15 +21,14 @@ const markChunk = 500
 // waited 9 to 10 ms for it.
 const markStep = 125
 
-// mark records that every event of groups is sent, before they are: a
-// key's row in the sent table is raised to the last number of its run,
-// in one statement for at most markStep runs, and mark returns the runs
-// marked. An
-// event at or below its key's mark when read again was sent before (runs
-// start at the key's lowest pending number or go on from the run before,
-// so every event below a run's is sent or gone), and its next send is
-// counted as a re-send. A row a key, where a count in each event's row
-// cost PostgreSQL and SQLite about 2 µs an event.
+// mark records that every event of groups, at most markStep runs, is
+// sent, before they are: a key's row in the sent table is raised to the
+// last number of its run, in one statement, and mark returns the runs
+// marked. An event at or below its key's mark when read again was sent
+// before (runs start at the key's lowest pending number or go on from the
+// run before, so every event below a run's is sent or gone), and its next
+// send is counted as a re-send. A row a key, where a count in each
+// event's row cost PostgreSQL and SQLite about 2 µs an event.
 //
 // The same statement checks, for a run whose first row has a floor (see
 // row), that nothing of its key is pending below it, by the primary key's
