@@ -144,10 +144,7 @@ func TestReadLeavesOutWhatIsInFlight(t *testing.T) {
 		waitFor(t, e, "b1 taken", func() bool { return r.Stats().Published == 1 })
 		assert.EqualValues(t, 1, rows.Load()-read, "rows read after a's were in flight: b1's alone")
 		hold.Remove()
-		waitFor(t, e, "the outbox to empty", func() bool { return pending(t, db) == 0 })
-		v := e.view(t, ob.Producer())
-		assert.Equal(t, map[string][]string{"a": data, "b": {"b1"}}, v.firsts)
-		assert.Empty(t, v.disorder)
+		allOnceInOrder(t, e, db, ob, r, map[string][]string{"a": data, "b": {"b1"}})
 		assert.Zero(t, r.Stats().Resent)
 	})
 }
@@ -168,10 +165,7 @@ func TestMarkAndDeleteTakeAnyKey(t *testing.T) {
 			add(t, ctx, db, ob, key, want[key]...)
 		}
 		r := startRelay(t, ob, e)
-		waitFor(t, e, "the outbox to empty", func() bool { return pending(t, db) == 0 })
-		v := e.view(t, ob.Producer())
-		assert.Equal(t, want, v.firsts)
-		assert.Empty(t, v.disorder)
+		allOnceInOrder(t, e, db, ob, r, want)
 		assert.Zero(t, r.Stats().Resent)
 		for _, key := range keys {
 			var upto int64
