@@ -37,7 +37,7 @@ const markStep = 125
 // shard is live in the database, so a relay that stalled past its lease
 // sends nothing that its successor may have read unmarked. A run not
 // marked, for either reason, is not sent: its key is read whole again by
-// a later pass. On an error, it returns groups as they were.
+// a later pass.
 func (ru *run) mark(ctx context.Context, groups [][]row) ([][]row, error) {
 	o := ru.r.o
 	keys := make([]string, len(groups))
@@ -72,7 +72,7 @@ func (ru *run) mark(ctx context.Context, groups [][]row) ([][]row, error) {
 		return rs.Err()
 	})
 	if err != nil {
-		return groups, err
+		return nil, err
 	}
 	out := make([][]row, 0, len(groups))
 	for _, g := range groups {
