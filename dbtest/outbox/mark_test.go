@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -12,6 +13,7 @@ import (
 	"github.com/keyorder/keyorder/internal/harness"
 	"github.com/keyorder/keyorder/ordering/orderingtest"
 	"github.com/keyorder/keyorder/publisher"
+	"github.com/keyorder/keyorder/publisher/outbox"
 )
 
 // TestMarkIsARowAKey: a relay marks what it sends in one row a key of the
@@ -48,6 +50,34 @@ func TestMarkIsARowAKey(t *testing.T) {
 		var b int64
 		require.NoError(t, db.QueryRowContext(ctx, `SELECT upto FROM keyorder_outbox_sent WHERE key = 'b'`).Scan(&b))
 		assert.EqualValues(t, 2, b)
+	})
+}
+
+// TestDeleteWaitsAPollAtMost: a relay puts off deleting what the service
+// took while other events are in flight, so that their publishes go first,
+// but a poll interval at most: with a's publish held, b's events, taken,
+// are deleted all the same, and a's stay. Released, a's arrive, in order,
+// and the outbox empties, with nothing sent twice.
+func TestDeleteWaitsAPollAtMost(t *testing.T) {
+	t.Parallel()
+	eachDB(t, func(t *testing.T, k dbKind) {
+		t.Parallel()
+		ctx, db, e, ob := setUp(t, k)
+		hold := e.srv.HoldPublish(orderingtest.Key("a"))
+		r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLogger(quiet), outbox.WithPollInterval(20*time.Millisecond))
+		require.NoError(t, err)
+		runRelay(t, r)
+		add(t, ctx, db, ob, "a", "a1", "a2")
+		require.NoError(t, hold.Wait(ctx, 1))
+		add(t, ctx, db, ob, "b", "b1", "b2")
+		waitFor(t, e, "b's events deleted while a's are held", func() bool { return pending(t, db) == 2 })
+		var held int
+		require.NoError(t, db.QueryRowContext(ctx, `SELECT COUNT(*) FROM keyorder_outbox WHERE key = 'a'`).Scan(&held))
+		assert.Equal(t, 2, held, "a's events stay while in flight")
+		hold.Remove()
+		waitFor(t, e, "the outbox to empty", func() bool { return pending(t, db) == 0 })
+		assert.Equal(t, map[string][]string{"a": {"a1", "a2"}, "b": {"b1", "b2"}}, e.view(t, ob.Producer()).firsts)
+		assert.Zero(t, r.Stats().Resent)
 	})
 }
 

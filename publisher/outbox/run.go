@@ -46,11 +46,13 @@ type run struct {
 	done chan *batch // from waiters, to Run; unbuffered
 	// The delete of what the service took runs beside Run, one at a time,
 	// so that Run reads, marks and publishes meanwhile: dels are the
-	// batches settled and not yet given to a delete, deleting those of
+	// batches settled and not yet given to a delete, the first of them
+	// settled at delsSince (see deleteDue), deleting those of
 	// the delete under way (nil if none), whose error comes on deleted.
 	// A chain stays in keys until its batches' deletes are done, so that
 	// no read takes its events, taken and not yet deleted, for pending.
 	dels        []*batch
+	delsSince   time.Time
 	deleting    []*batch
 	deleted     chan error // buffered: the delete never waits for Run
 	conn        keptConn   // the deletes' connection, and on SQLite the marks' (exec)
@@ -132,6 +134,7 @@ func (ru *run) room() bool { return ru.inflightRows < ru.r.cfg.inflight }
 // or the run has no room. It reports whether it published anything.
 func (ru *run) read(ctx context.Context) bool {
 	defer ru.poll.Reset(ru.r.cfg.poll)
+	ru.startDelete(ctx) // one that waited a poll interval, with no settle since
 	published := false
 	for !ru.closed && len(ru.owned) > 0 && ru.room() && time.Now().UnixNano() < ru.validUntil.Load() && ctx.Err() == nil {
 		if ru.pass == nil {

@@ -45,15 +45,18 @@ func (ru *run) settle(ctx context.Context, bs []*batch) {
 		}
 		c.deletes++
 	}
+	if len(ru.dels) == 0 {
+		ru.delsSince = now
+	}
 	ru.dels = append(ru.dels, bs...)
 	ru.startDelete(ctx)
 }
 
 // startDelete starts the delete of the batches settled, unless one is
-// under way: on PostgreSQL it runs beside Run, which goes on reading and
-// publishing; on SQLite, in Run's turn.
+// under way or it can wait (deleteDue): on PostgreSQL it runs beside Run,
+// which goes on reading and publishing; on SQLite, in Run's turn.
 func (ru *run) startDelete(ctx context.Context) {
-	if ru.deleting != nil || len(ru.dels) == 0 {
+	if ru.deleting != nil || len(ru.dels) == 0 || !ru.deleteDue() {
 		return
 	}
 	ru.deleting, ru.dels = ru.dels, nil
@@ -69,6 +72,25 @@ func (ru *run) startDelete(ctx context.Context) {
 		defer ru.wg.Done()
 		ru.deleted <- ru.delete(ctx, bs)
 	}(ru.deleting)
+}
+
+// deleteDue reports whether the batches settled are to be deleted now.
+// While events are in flight, their publishes and the reads that feed
+// them go first: a delete would take the database from them (on SQLite,
+// Run's loop too), and what it is to delete stays marked sent, held by
+// its chain, so that no read takes it meanwhile. A delete waits until
+// nothing is in flight, until it would delete as many events as may be in
+// flight, or for a poll interval (looked at by each settle and read),
+// which bounds what a relay killed meanwhile leaves to be sent again.
+func (ru *run) deleteDue() bool {
+	if ru.batches == 0 || time.Since(ru.delsSince) >= ru.r.cfg.poll {
+		return true
+	}
+	n := 0
+	for _, b := range ru.dels {
+		n += len(b.results)
+	}
+	return n >= ru.r.cfg.inflight
 }
 
 // deleteDone ends the delete under way, whose error is err, lets go of
