@@ -54,17 +54,19 @@ func TestMarkIsARowAKey(t *testing.T) {
 }
 
 // TestDeleteWaitsAPollAtMost: a relay puts off deleting what the service
-// took while other events are in flight, so that their publishes go first,
-// but a poll interval at most: with a's publish held, b's events, taken,
-// are deleted all the same, and a's stay. Released, a's arrive, in order,
-// and the outbox empties, with nothing sent twice.
+// took in a burst (a page of events or more in flight), so that the
+// publishes go first, but a poll interval at most: with a's publish held
+// (two events, pages of one), b's events, taken, are deleted all the
+// same, and a's stay. Released, a's arrive, in order, and the outbox
+// empties, with nothing sent twice.
 func TestDeleteWaitsAPollAtMost(t *testing.T) {
 	t.Parallel()
 	eachDB(t, func(t *testing.T, k dbKind) {
 		t.Parallel()
 		ctx, db, e, ob := setUp(t, k)
 		hold := e.srv.HoldPublish(orderingtest.Key("a"))
-		r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLogger(quiet), outbox.WithPollInterval(20*time.Millisecond))
+		r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLogger(quiet),
+			outbox.WithBatchSize(1), outbox.WithPollInterval(20*time.Millisecond))
 		require.NoError(t, err)
 		runRelay(t, r)
 		add(t, ctx, db, ob, "a", "a1", "a2")

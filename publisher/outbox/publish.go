@@ -133,6 +133,9 @@ func (ru *run) publish(ctx context.Context, g []row) {
 	ru.batches++
 	ru.r.rec.sent(again)
 	ru.inflightRows += len(b.results)
+	if ru.inflightRows >= ru.r.cfg.batch {
+		ru.burst = true
+	}
 	ru.wg.Add(1)
 	go ru.wait(b)
 }

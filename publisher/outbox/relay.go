@@ -83,11 +83,12 @@ func (r *Relay) Stats() Stats { return r.rec.stats() }
 // those in flight, and many keys at once. It reads when woken (by
 // [Outbox.Add] in this process, by a [WithListener]) and every
 // [WithPollInterval]. When results are in, it deletes the events the
-// service took, in one statement for all the keys: a prefix of each key's,
-// since a failure fails the key's tail with it (P4). What failed stays and
-// is sent again, after a backoff of the key's, from its first failed
-// number: never a later number before an earlier one, and never a number
-// skipped.
+// service took (in a burst of a page or more, up to a poll interval
+// later, so that the publishes go first), in one statement for all the
+// keys: a prefix of each key's, since a failure fails the key's tail with
+// it (P4). What failed stays and is sent again, after a backoff of the
+// key's, from its first failed number: never a later number before an
+// earlier one, and never a number skipped.
 //
 // An outbox belongs to one topic: the first Run of any relay records its
 // publisher's ([publisher.Publisher.Topic]) in the outbox's meta table,

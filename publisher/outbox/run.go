@@ -53,6 +53,7 @@ type run struct {
 	// no read takes its events, taken and not yet deleted, for pending.
 	dels        []*batch
 	delsSince   time.Time
+	burst       bool // a page of events or more went in flight, and something still is (deleteDue)
 	deleting    []*batch
 	deleted     chan error // buffered: the delete never waits for Run
 	conn        keptConn   // the deletes' connection, and on SQLite the marks' (exec)
@@ -134,7 +135,9 @@ func (ru *run) room() bool { return ru.inflightRows < ru.r.cfg.inflight }
 // or the run has no room. It reports whether it published anything.
 func (ru *run) read(ctx context.Context) bool {
 	defer ru.poll.Reset(ru.r.cfg.poll)
-	ru.startDelete(ctx) // one that waited a poll interval, with no settle since
+	// After the read's publishes: one that waited a poll interval, with
+	// no settle since.
+	defer ru.startDelete(ctx)
 	published := false
 	for !ru.closed && len(ru.owned) > 0 && ru.room() && time.Now().UnixNano() < ru.validUntil.Load() && ctx.Err() == nil {
 		if ru.pass == nil {

@@ -45,6 +45,9 @@ func (ru *run) settle(ctx context.Context, bs []*batch) {
 		}
 		c.deletes++
 	}
+	if ru.batches == 0 {
+		ru.burst = false
+	}
 	if len(ru.dels) == 0 {
 		ru.delsSince = now
 	}
@@ -75,15 +78,17 @@ func (ru *run) startDelete(ctx context.Context) {
 }
 
 // deleteDue reports whether the batches settled are to be deleted now.
-// While events are in flight, their publishes and the reads that feed
-// them go first: a delete would take the database from them (on SQLite,
-// Run's loop too), and what it is to delete stays marked sent, held by
-// its chain, so that no read takes it meanwhile. A delete waits until
-// nothing is in flight, until it would delete as many events as may be in
-// flight, or for a poll interval (looked at by each settle and read),
-// which bounds what a relay killed meanwhile leaves to be sent again.
+// During a burst (see run), the publishes and the reads that feed them go
+// first: a delete would take the database from them (on SQLite, Run's
+// loop and the results behind it too), and what it is to delete stays
+// marked sent, held by its chain, so that no read takes it meanwhile. A
+// delete waits until nothing is in flight, until it would delete as many
+// events as may be in flight, or for a poll interval (looked at by each
+// settle and read), which bounds what a relay killed meanwhile leaves to
+// be sent again. Out of a burst a delete waits for nothing: put off, it
+// would come in the way of the next commit's read.
 func (ru *run) deleteDue() bool {
-	if ru.batches == 0 || time.Since(ru.delsSince) >= ru.r.cfg.poll {
+	if !ru.burst || ru.batches == 0 || time.Since(ru.delsSince) >= ru.r.cfg.poll {
 		return true
 	}
 	n := 0
