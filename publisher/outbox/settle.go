@@ -82,13 +82,13 @@ func (ru *run) startDelete(ctx context.Context) {
 // first: a delete would take the database from them (on SQLite, Run's
 // loop and the results behind it too), and what it is to delete stays
 // marked sent, held by its chain, so that no read takes it meanwhile. A
-// delete waits until nothing is in flight, until it would delete as many
-// events as may be in flight, or for a poll interval (looked at by each
-// settle and read), which bounds what a relay killed meanwhile leaves to
-// be sent again. Out of a burst a delete waits for nothing: put off, it
+// delete waits until nothing is in flight (the burst's end), until it
+// would delete as many events as may be in flight, or for a poll interval
+// (looked at by each settle and read), which bounds what a relay killed
+// meanwhile leaves to be sent again. Out of a burst a delete waits for nothing: put off, it
 // would come in the way of the next commit's read.
 func (ru *run) deleteDue() bool {
-	if !ru.burst || ru.batches == 0 || time.Since(ru.delsSince) >= ru.r.cfg.poll {
+	if !ru.burst || time.Since(ru.delsSince) >= ru.r.cfg.poll {
 		return true
 	}
 	n := 0
