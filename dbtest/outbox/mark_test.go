@@ -77,8 +77,7 @@ func TestDeleteWaitsAPollAtMost(t *testing.T) {
 		require.NoError(t, db.QueryRowContext(ctx, `SELECT COUNT(*) FROM keyorder_outbox WHERE key = 'a'`).Scan(&held))
 		assert.Equal(t, 2, held, "a's events stay while in flight")
 		hold.Remove()
-		waitFor(t, e, "the outbox to empty", func() bool { return pending(t, db) == 0 })
-		assert.Equal(t, map[string][]string{"a": {"a1", "a2"}, "b": {"b1", "b2"}}, e.view(t, ob.Producer()).firsts)
+		allOnceInOrder(t, e, db, ob, r, map[string][]string{"a": {"a1", "a2"}, "b": {"b1", "b2"}})
 		assert.Zero(t, r.Stats().Resent)
 	})
 }
