@@ -136,6 +136,19 @@ func (s *Server) start() error {
 	if err := s.run("initdb", "-D", data, "-U", "keyorder", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions"); err != nil {
 		return err
 	}
+	return s.Up()
+}
+
+// Down shuts the server down as an operator's restart does, with a fast
+// shutdown: every client's connection ends, a transaction under way is
+// rolled back, and what was committed stays. Up starts it again.
+func (s *Server) Down() error {
+	return s.run("pg_ctl", "stop", "-m", "fast", "-w", "-D", filepath.Join(s.dir, "data"))
+}
+
+// Up starts the server on its directory: after Start, a server Down shut.
+func (s *Server) Up() error {
+	data := filepath.Join(s.dir, "data")
 	// The socket, with trust authentication, is its user's alone (and
 	// root's): 0700, in a directory of 0700.
 	opts := fmt.Sprintf("-k %s -c unix_socket_permissions=0700 -c listen_addresses='' -c max_connections=200", s.dir)
