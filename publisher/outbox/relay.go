@@ -82,7 +82,9 @@ func (r *Relay) Stats() Stats { return r.rec.stats() }
 // the one before, [publisher.WithAfter] it, the key's next events behind
 // those in flight, and many keys at once. It reads when woken (by
 // [Outbox.Add] in this process, by a [WithListener]) and every
-// [WithPollInterval]. When results are in, it deletes the events the
+// [WithPollInterval]; and at once when its listener listens again after
+// failing, or it takes shards. A wake's read takes everything committed
+// before it. When results are in, it deletes the events the
 // service took (in a burst of a page or more, up to a poll interval
 // later, so that the publishes go first), in one statement for all the
 // keys: a prefix of each key's, since a failure fails the key's tail with
@@ -171,7 +173,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		case err := <-ru.deleted:
 			ru.deleteDone(ctx, err)
 		case <-ru.poll.C:
-			ru.read(ctx)
+			ru.read(ctx, true)
 		case <-hint:
 			if lis.ch != nil && r.o.d == PostgreSQL {
 				// The listener tells of the commit: looks meanwhile would
@@ -185,7 +187,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			}
 		case <-soon.C:
 			// Until the look finds the commit, or gives up to the poll.
-			if ru.read(ctx) || time.Since(lastHint)+soonStep >= r.cfg.poll {
+			if ru.read(ctx, true) || time.Since(lastHint)+soonStep >= r.cfg.poll {
 				soonStep = 0
 			} else {
 				soonStep = min(2*soonStep, soonMax)
@@ -196,10 +198,16 @@ func (r *Relay) Run(ctx context.Context) error {
 				lis.ended()
 				continue
 			}
-			ru.read(ctx)
+			ru.read(ctx, true)
 		case <-leaseTick.C:
+			takes := ru.takes
 			ru.leaseRound(ctx)
-			lis.restart(ctx)
+			// Commits while the listener was down notified no one, and
+			// shards just taken hold what their relay left: read them
+			// now, rather than at the poll.
+			if lis.restart(ctx) || ru.takes != takes {
+				ru.read(ctx, true)
+			}
 		}
 	}
 	stopRenewer()
@@ -213,7 +221,7 @@ func (r *Relay) Run(ctx context.Context) error {
 func (ru *run) settleAndRead(ctx context.Context, ready []*batch) []*batch {
 	ru.settle(ctx, ready)
 	if ru.pass != nil {
-		ru.read(ctx)
+		ru.read(ctx, false)
 	}
 	return ready[:0]
 }
@@ -252,11 +260,14 @@ func (li *listening) ended() {
 	li.rec.dbFailed("listen for commits", errors.New("the listener stopped"))
 }
 
-// restart starts the listener again if it is down.
-func (li *listening) restart(ctx context.Context) {
-	if li.down && ctx.Err() == nil {
-		li.start(ctx)
+// restart starts the listener again if it is down, and reports whether
+// it is listening again.
+func (li *listening) restart(ctx context.Context) bool {
+	if !li.down || ctx.Err() != nil {
+		return false
 	}
+	li.start(ctx)
+	return !li.down
 }
 
 // stop stops the listener and waits, a while, for its channel to close.

@@ -28,7 +28,8 @@ type run struct {
 	validUntil atomic.Int64 // when the leases of owned run out, unless renewed, in Unix ns; the renewer writes it too
 	seenFree   map[int]bool // shards the last lease round found free
 
-	pass *pass // the pass under way, nil between passes
+	pass      *pass // the pass under way, nil between passes
+	passAfter bool  // a wake came during the pass: another follows it (read)
 	// poll is the fallback's timer: each read sets it to a poll interval
 	// from its end, so that the relay reads at least that often, and no
 	// more often for the poll's sake.
@@ -133,15 +134,24 @@ func (ru *run) room() bool { return ru.inflightRows < ru.r.cfg.inflight }
 
 // read reads and publishes, page after page, until the pass is complete
 // or the run has no room. It reports whether it published anything.
-func (ru *run) read(ctx context.Context) bool {
+//
+// A pass that paused for room goes on from its cursor. A wake (wake)
+// asks for everything committed before it: so once such a pass is
+// complete, now or at a later read, another one starts. The pass alone
+// would leave what was committed on keys it had read past, and the keys
+// due since it began (a delete that failed), to the next wake or poll.
+func (ru *run) read(ctx context.Context, wake bool) bool {
 	defer ru.poll.Reset(ru.r.cfg.poll)
 	// After the read's publishes: one that waited a poll interval, with
 	// no settle since.
 	defer ru.startDelete(ctx)
+	if wake && ru.pass != nil {
+		ru.passAfter = true
+	}
 	published := false
 	for !ru.closed && len(ru.owned) > 0 && ru.room() && time.Now().UnixNano() < ru.validUntil.Load() && ctx.Err() == nil {
 		if ru.pass == nil {
-			ru.pass = ru.newPass()
+			ru.pass, ru.passAfter = ru.newPass(), false
 		}
 		full, err := ru.query(ctx, func(rows []row) error {
 			groups := ru.group(rows)
@@ -176,7 +186,9 @@ func (ru *run) read(ctx context.Context) bool {
 		}
 		if !full {
 			ru.endPass()
-			return published
+			if !ru.passAfter {
+				return published
+			}
 		}
 	}
 	return published
