@@ -173,7 +173,11 @@ func (r *Relay) Run(ctx context.Context) error {
 		case err := <-ru.deleted:
 			ru.deleteDone(ctx, err)
 		case <-ru.poll.C:
-			ru.read(ctx, true)
+			// Not a wake: a pass paused for room goes on, and the next
+			// poll finds what it had read past. A new pass after each
+			// poll read the rows in flight again, in a burst (SQLite,
+			// 10,000 events over 50 keys: relay ÷ direct 0.67 → 0.42).
+			ru.read(ctx, false)
 		case <-hint:
 			if lis.ch != nil && r.o.d == PostgreSQL {
 				// The listener tells of the commit: looks meanwhile would

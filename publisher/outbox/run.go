@@ -135,8 +135,9 @@ func (ru *run) room() bool { return ru.inflightRows < ru.r.cfg.inflight }
 // read reads and publishes, page after page, until the pass is complete
 // or the run has no room. It reports whether it published anything.
 //
-// A pass that paused for room goes on from its cursor. A wake (wake)
-// asks for everything committed before it: so once such a pass is
+// A pass that paused for room goes on from its cursor. A wake (wake: a
+// commit's notification or Add's, a listener back, shards taken; not a
+// poll) asks for everything committed before it: so once such a pass is
 // complete, now or at a later read, another one starts. The pass alone
 // would leave what was committed on keys it had read past, and the keys
 // due since it began (a delete that failed), to the next wake or poll.
