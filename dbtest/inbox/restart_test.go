@@ -3,7 +3,6 @@ package inbox_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,14 +24,7 @@ import (
 // must be applied once, in order, on connections the inbox opens anew.
 func TestInboxAcrossDatabaseRestart(t *testing.T) {
 	t.Parallel()
-	pg, err := pgtest.Start()
-	if errors.Is(err, pgtest.ErrNoServer) {
-		t.Skip(err.Error())
-	}
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pg.Stop() })
-	dsn, err := pg.NewDatabase()
-	require.NoError(t, err)
+	pg, dsn := pgtest.Own(t)
 
 	ctx := timeout(t, testTimeout)
 	srv := orderingtest.Start(t, orderingtest.WithAckDeadline(300*time.Millisecond))

@@ -167,9 +167,16 @@ func (e *env) view(t testing.TB, producer string) topicView {
 // pending counts the events left in the outbox.
 func pending(t testing.TB, db *sql.DB) int {
 	t.Helper()
-	var n int
-	require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM keyorder_outbox`).Scan(&n))
+	n, err := countPending(db)
+	require.NoError(t, err)
 	return n
+}
+
+// countPending counts the events left in the outbox.
+func countPending(db *sql.DB) (int, error) {
+	var n int
+	err := db.QueryRow(`SELECT COUNT(*) FROM keyorder_outbox`).Scan(&n)
+	return n, err
 }
 
 // startRelay runs a relay of ob, quiet, publishing through a publisher

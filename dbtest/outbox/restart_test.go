@@ -3,7 +3,6 @@ package outbox_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -36,14 +35,7 @@ func TestRelayAcrossDatabaseRestart(t *testing.T) {
 	t.Parallel()
 	k := kinds[1]
 	require.Equal(t, outbox.PostgreSQL, k.dialect)
-	srv, err := pgtest.Start()
-	if errors.Is(err, pgtest.ErrNoServer) {
-		t.Skip(err.Error())
-	}
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = srv.Stop() })
-	dsn, err := srv.NewDatabase()
-	require.NoError(t, err)
+	srv, dsn := pgtest.Own(t)
 
 	ctx := harness.Context(t, testTimeout)
 	db, writerDB := k.openDSN(t, dsn), k.openDSN(t, dsn)
@@ -92,21 +84,18 @@ func TestRelayAcrossDatabaseRestart(t *testing.T) {
 		want[key] = append(want[key], d)
 	}
 
-	wantN := 0
-	for _, ds := range want {
-		wantN += len(ds)
-	}
+	wantN := events(want)
 	// Not waitFor: its bound is testTimeout, longer than the poll.
 	deadline, cancel := context.WithTimeout(ctx, restartWait)
 	defer cancel()
 	tick := time.NewTicker(20 * time.Millisecond) // the database changes without the server's knowledge
 	defer tick.Stop()
-	for pendingOrNot(db) != 0 || firsts(e.view(t, ob.Producer())) < wantN {
+	for pendingOrNot(db) != 0 || events(e.view(t, ob.Producer()).firsts) < wantN {
 		select {
 		case <-deadline.Done():
 			t.Logf("the relay's log:\n%s\nits stats: %+v", logs.String(), r.Stats())
 			t.Fatalf("after the restart, %d of %d events on the topic, and %d in the outbox, within %v (the relay's poll is a minute)",
-				firsts(e.view(t, ob.Producer())), wantN, pendingOrNot(db), restartWait)
+				events(e.view(t, ob.Producer()).firsts), wantN, pendingOrNot(db), restartWait)
 		case <-tick.C:
 		}
 	}
@@ -124,17 +113,17 @@ const restartWait = 30 * time.Second
 // pendingOrNot counts the events left in the outbox, or returns -1 if
 // the count fails.
 func pendingOrNot(db *sql.DB) int {
-	var n int
-	if err := db.QueryRow(`SELECT COUNT(*) FROM keyorder_outbox`).Scan(&n); err != nil {
+	n, err := countPending(db)
+	if err != nil {
 		return -1
 	}
 	return n
 }
 
-// firsts counts the first copies in v.
-func firsts(v topicView) int {
+// events counts the events of byKey.
+func events(byKey map[string][]string) int {
 	n := 0
-	for _, ds := range v.firsts {
+	for _, ds := range byKey {
 		n += len(ds)
 	}
 	return n

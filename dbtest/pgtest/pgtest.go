@@ -67,13 +67,39 @@ var shared struct {
 func DSN(tb testing.TB) string {
 	tb.Helper()
 	shared.once.Do(func() { shared.srv, shared.err = Start() })
+	need(tb, shared.err)
+	return database(tb, shared.srv)
+}
+
+// Own starts a server of tb's own, which it may take Down and Up without
+// disturbing other tests, stopped when tb ends, and returns it and a
+// fresh database's DSN on it. It skips tb if the machine has no server,
+// and fails it if the server does not start.
+func Own(tb testing.TB) (*Server, string) {
+	tb.Helper()
+	s, err := Start()
+	need(tb, err)
+	tb.Cleanup(func() { _ = s.Stop() })
+	return s, database(tb, s)
+}
+
+// need skips tb if err says the machine has no server, and fails it on
+// any other error.
+func need(tb testing.TB, err error) {
+	tb.Helper()
 	switch {
-	case errors.Is(shared.err, ErrNoServer):
-		tb.Skip(shared.err.Error())
-	case shared.err != nil:
-		tb.Fatal(shared.err)
+	case errors.Is(err, ErrNoServer):
+		tb.Skip(err.Error())
+	case err != nil:
+		tb.Fatal(err)
 	}
-	dsn, err := shared.srv.NewDatabase()
+}
+
+// database creates a database on s, failing tb if it cannot, and returns
+// its DSN.
+func database(tb testing.TB, s *Server) string {
+	tb.Helper()
+	dsn, err := s.NewDatabase()
 	if err != nil {
 		tb.Fatal(err)
 	}
