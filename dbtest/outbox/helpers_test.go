@@ -213,18 +213,25 @@ func runRelay(t testing.TB, r *outbox.Relay) (stop func()) {
 	return stop
 }
 
-// waitFor waits until cond holds, checking whenever the server changes
-// and every 20 ms (the database changes without the server's knowledge).
+// waitFor waits until cond holds, checking every 20 ms (the database
+// changes without the server's knowledge), for testTimeout at most.
 func waitFor(t testing.TB, e *env, what string, cond func() bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	waitWithin(t, testTimeout, cond, func() string { return "timed out waiting for " + what })
+}
+
+// waitWithin waits up to d until cond holds, checking every 20 ms, and
+// fails the test with failure's message if it does not.
+func waitWithin(t testing.TB, d time.Duration, cond func() bool, failure func() string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for !cond() {
 		select {
 		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
+			t.Fatal(failure())
 		case <-tick.C:
 		}
 	}

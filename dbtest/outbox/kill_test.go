@@ -113,3 +113,38 @@ func TestRelayKilledAndTakenOver(t *testing.T) {
 		t.Logf("killed after %d messages on the topic (%d when it died); %d copies, %d counted re-sent", killAt, atKill, v.copies, r.Stats().Resent)
 	})
 }
+
+// TestTakenShardsReadAtOnce leaves every shard leased to a relay that is
+// gone, as one killed mid-lease leaves them, over events committed
+// before the next relay starts. That relay polls once a minute, has no
+// listener, and no Add of its process wakes it: once the dead relay's
+// leases run out, the lease round that takes the shards must read them
+// at once, and every event be on the topic well before the poll.
+func TestTakenShardsReadAtOnce(t *testing.T) {
+	t.Parallel()
+	eachDB(t, func(t *testing.T, k dbKind) {
+		t.Parallel()
+		ctx, db, e, ob := setUp(t, k)
+		want := addBacklog(t, ctx, db, ob, 200, 20)
+		// A lease from now, as the dead relay's last renewal left them: a
+		// relay caps a lease that says more at a lease from its round.
+		expires := time.Now().Add(time.Second)
+		for s := range ob.Shards() {
+			execQ(t, db, k, `INSERT INTO keyorder_outbox_leases (shard, owner, expires) VALUES (?, 'relay#dead', ?)`, s, expires.UnixNano())
+		}
+
+		var logs harness.Buffer
+		r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLease(time.Second), outbox.WithPollInterval(time.Minute),
+			outbox.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
+		require.NoError(t, err)
+		runRelay(t, r)
+		waitWithin(t, restartWait, func() bool { return pending(t, db) == 0 }, func() string {
+			return fmt.Sprintf("%d events left %v after the leases ran out (the relay's poll is a minute); stats %+v, log:\n%s",
+				pending(t, db), time.Since(expires), r.Stats(), logs.String())
+		})
+		require.False(t, time.Now().Before(expires), "published before the dead relay's leases ran out")
+		allOnceInOrder(t, e, db, ob, r, want)
+		assert.Contains(t, logs.String(), "keyorder/outbox: shards taken over")
+		assert.Contains(t, logs.String(), "relay#dead")
+	})
+}

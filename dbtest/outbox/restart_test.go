@@ -1,8 +1,8 @@
 package outbox_test
 
 import (
-	"context"
 	"database/sql"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -86,19 +86,13 @@ func TestRelayAcrossDatabaseRestart(t *testing.T) {
 
 	wantN := events(want)
 	// Not waitFor: its bound is testTimeout, longer than the poll.
-	deadline, cancel := context.WithTimeout(ctx, restartWait)
-	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond) // the database changes without the server's knowledge
-	defer tick.Stop()
-	for pendingOrNot(db) != 0 || events(e.view(t, ob.Producer()).firsts) < wantN {
-		select {
-		case <-deadline.Done():
-			t.Logf("the relay's log:\n%s\nits stats: %+v", logs.String(), r.Stats())
-			t.Fatalf("after the restart, %d of %d events on the topic, and %d in the outbox, within %v (the relay's poll is a minute)",
-				events(e.view(t, ob.Producer()).firsts), wantN, pendingOrNot(db), restartWait)
-		case <-tick.C:
-		}
-	}
+	waitWithin(t, restartWait, func() bool {
+		return pendingOrNot(db) == 0 && events(e.view(t, ob.Producer()).firsts) >= wantN
+	}, func() string {
+		t.Logf("the relay's log:\n%s\nits stats: %+v", logs.String(), r.Stats())
+		return fmt.Sprintf("after the restart, %d of %d events on the topic, and %d in the outbox, within %v (the relay's poll is a minute)",
+			events(e.view(t, ob.Producer()).firsts), wantN, pendingOrNot(db), restartWait)
+	})
 	v := e.view(t, ob.Producer())
 	assert.Empty(t, v.disorder)
 	assert.Equal(t, want, v.firsts, "every committed event, once, in commit order")
