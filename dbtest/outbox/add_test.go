@@ -240,3 +240,37 @@ func write(t *testing.T, ctx context.Context, k dbKind, db *sql.DB, ob *outbox.O
 	}
 	return 1
 }
+
+// TestAddInATxOfAnotherDB adds events in transactions of the outbox's own
+// *sql.DB and of another handle on the same database, in turns, with a
+// rollback between: Add prepares its statements on the outbox's handle
+// (SQLite), which a transaction of another cannot run. Every event must
+// be numbered in commit order and published once, in order.
+func TestAddInATxOfAnotherDB(t *testing.T) {
+	t.Parallel()
+	eachDB(t, func(t *testing.T, k dbKind) {
+		t.Parallel()
+		ctx := harness.Context(t, testTimeout)
+		dsn := k.dsn(t)
+		db, other := k.openDSN(t, dsn), k.openDSN(t, dsn)
+		ob := newOutbox(t, ctx, db, k)
+		want := map[string][]string{}
+		for i := range 6 {
+			handle := []*sql.DB{db, other}[i%2]
+			for _, key := range []string{"a", "b"} {
+				d := fmt.Sprintf("%s%d", key, i)
+				add(t, ctx, handle, ob, key, d, d+"'")
+				want[key] = append(want[key], d, d+"'")
+			}
+			tx, err := handle.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			require.NoError(t, ob.Add(ctx, tx, "a", &publisher.Message{Data: []byte("rolled back")}))
+			require.NoError(t, tx.Rollback())
+		}
+		e := newEnv(t)
+		r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLogger(quiet))
+		require.NoError(t, err)
+		runRelay(t, r)
+		allOnceInOrder(t, e, db, ob, r, want)
+	})
+}

@@ -30,7 +30,9 @@ type Outbox struct {
 	shards   int    // the shard count, recorded in the database
 
 	number, insert string // Add's statements, spelled for d
-	wakers         wakers // the relays of this Outbox running, which Add wakes
+	// Add's statements prepared on db (SQLite), or nil: see prepared.
+	numberStmt, insertStmt *sql.Stmt
+	wakers                 wakers // the relays of this Outbox running, which Add wakes
 }
 
 // An Option configures an [Outbox]. Options are checked once, in [New].
@@ -127,6 +129,9 @@ func New(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) (*Outbox, e
 		ON CONFLICT (key) DO UPDATE SET last = ` + o.t.keys + `.last + 1
 		WHERE ` + o.t.keys + `.last < 4294967295 RETURNING last`)
 	o.insert = d.Rebind(`INSERT INTO ` + o.t.events + ` (key, seq, shard, data, headers, created) VALUES (?, ?, ?, ?, ?, ?)`)
+	if err := o.prepare(ctx); err != nil {
+		return nil, err
+	}
 	return o, nil
 }
 
@@ -282,8 +287,9 @@ func (o *Outbox) Producer() string { return o.producer }
 func (o *Outbox) Shards() int { return o.shards }
 
 // Add writes msg as the next event of key, in tx, the caller's
-// transaction: the event exists if and only if tx commits, and a relay
-// publishes it with [publisher.WithOrderingKey](key) and the stamp
+// transaction, of any *sql.DB on the outbox's database: the event exists
+// if and only if tx commits, and a relay publishes it with
+// [publisher.WithOrderingKey](key) and the stamp
 // {[Outbox.Producer], [ordering.MakeSeq](0, n)}, where n is its number.
 //
 // Numbers are given in commit order, 1, 2, 3... per key, with no gap: Add
@@ -325,20 +331,70 @@ func (o *Outbox) Add(ctx context.Context, tx *sql.Tx, key string, msg *publisher
 	if err != nil {
 		return err
 	}
-	var n int64
-	switch err := tx.QueryRowContext(ctx, o.number, key).Scan(&n); {
+	n, prepared, err := o.next(ctx, tx, key)
+	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return fmt.Errorf("%w: %q", ErrKeyExhausted, key)
 	case err != nil:
 		return &DBError{Op: "number the key", Err: err}
 	}
 	shard := ordering.Partition(key, o.shards)
-	if _, err := tx.ExecContext(ctx, o.insert, key, n, shard, msg.Data, headers, time.Now().UnixNano()); err != nil {
+	args := []any{key, n, shard, msg.Data, headers, time.Now().UnixNano()}
+	if prepared {
+		st := tx.StmtContext(ctx, o.insertStmt)
+		_, err = st.ExecContext(ctx, args...)
+		st.Close()
+	} else {
+		_, err = tx.ExecContext(ctx, o.insert, args...)
+	}
+	if err != nil {
 		return &DBError{Op: "insert the event", Err: err}
 	}
 	o.wakers.wake()
 	return nil
 }
+
+// prepare prepares Add's statements on o.db, on SQLite: modernc.org/sqlite
+// parses a statement each time it is run from its text, and a transaction
+// of one Add took 170 µs with its statements as text, 116 µs prepared
+// (BenchmarkAdd, medians of 3 alternated runs). Not on PostgreSQL, where
+// pgx's stdlib keeps a cache of prepared statements by their text, and
+// statements of database/sql's made Add slower (567 to 606 µs).
+func (o *Outbox) prepare(ctx context.Context) error {
+	if o.d != SQLite {
+		return nil
+	}
+	var err error
+	if o.numberStmt, err = o.db.PrepareContext(ctx, o.number); err != nil {
+		return &DBError{Op: "prepare Add's statements", Err: err}
+	}
+	if o.insertStmt, err = o.db.PrepareContext(ctx, o.insert); err != nil {
+		o.numberStmt.Close()
+		return &DBError{Op: "prepare Add's statements", Err: err}
+	}
+	return nil
+}
+
+// next takes key's next number in tx: with the prepared statement if
+// there is one and tx is of o.db, and reports whether it did.
+func (o *Outbox) next(ctx context.Context, tx *sql.Tx, key string) (n int64, prepared bool, err error) {
+	if o.numberStmt != nil {
+		st := tx.StmtContext(ctx, o.numberStmt)
+		defer st.Close()
+		err = st.QueryRowContext(ctx, key).Scan(&n)
+		if err == nil || err.Error() != errOtherDB {
+			return n, true, err
+		}
+		// tx is of another *sql.DB than o's: database/sql refused the
+		// statement before it reached the database.
+	}
+	err = tx.QueryRowContext(ctx, o.number, key).Scan(&n)
+	return n, false, err
+}
+
+// errOtherDB is database/sql's error for a statement prepared on one
+// *sql.DB and run in a transaction of another (TestAddInATxOfAnotherDB).
+const errOtherDB = "sql: Tx.Stmt: statement from different database used"
 
 // signed returns msg with room for a relay's signature
 // ([WithStampKey]): a placeholder of its size, in a copy of the headers,
