@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -372,6 +373,14 @@ func (o *Outbox) prepare(ctx context.Context) error {
 		o.numberStmt.Close()
 		return &DBError{Op: "prepare Add's statements", Err: err}
 	}
+	// An Outbox has no Close: its statements close once it is
+	// unreachable, so that an application that makes an Outbox per
+	// request keeps none of them past it.
+	runtime.AddCleanup(o, func(stmts [2]*sql.Stmt) {
+		for _, s := range stmts {
+			_ = s.Close()
+		}
+	}, [2]*sql.Stmt{o.numberStmt, o.insertStmt})
 	return nil
 }
 
