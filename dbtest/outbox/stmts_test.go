@@ -40,7 +40,7 @@ func TestDroppedOutboxClosesItsStatements(t *testing.T) {
 	require.Eventually(t, func() bool {
 		runtime.GC()
 		return open.Load() == 0
-	}, 10*time.Second, 10*time.Millisecond, "statements left open: %d", open.Load())
+	}, 10*time.Second, 10*time.Millisecond, "Add's statements still open once the Outbox is unreachable")
 }
 
 // countingConnector opens d's connections on dsn, and counts the

@@ -31,7 +31,7 @@ type Outbox struct {
 	shards   int    // the shard count, recorded in the database
 
 	number, insert string // Add's statements, spelled for d
-	// Add's statements prepared on db (SQLite), or nil: see prepared.
+	// Add's statements prepared on db (SQLite), or nil: see prepare.
 	numberStmt, insertStmt *sql.Stmt
 	wakers                 wakers // the relays of this Outbox running, which Add wakes
 }
