@@ -112,6 +112,35 @@ func TestFlushLeavesPublisherOpen(t *testing.T) {
 	require.NoError(t, p.Flush(ctx), "Flush after Close waits for the shutdown")
 }
 
+// TestFlushWithADoneContextSendsAtOnce holds a key's linger for an hour
+// and the server's answer until released: Flush with a context already
+// done sends the key at once and returns the context's error without
+// waiting for the answer, which then settles the message.
+func TestFlushWithADoneContextSendsAtOnce(t *testing.T) {
+	t.Parallel()
+	e, held, release := newHoldingEnv(t, 1)
+	ctx := testContext(t)
+	p, err := publisher.New(e.client, e.topic)
+	require.NoError(t, err)
+	publisher.HoldLingers(p, time.Hour)
+
+	res := p.Publish(ctx, &publisher.Message{Data: []byte("x")}, publisher.WithOrderingKey("k"))
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	require.ErrorIs(t, p.Flush(done), context.Canceled)
+	select {
+	case <-held: // the request reached the server, an hour before its linger would have ended
+	case <-ctx.Done():
+		t.Fatal("Flush with a done context did not send the lingering key")
+	}
+	require.False(t, isReady(res), "the server has not answered yet")
+
+	release.open()
+	_, err = res.Get(ctx)
+	require.NoError(t, err)
+	require.NoError(t, p.Close(ctx))
+}
+
 // TestDrainIsBoundedByContext holds the server, so Close or Flush cannot
 // finish: each returns the context's error, and a later call waits for the
 // end.

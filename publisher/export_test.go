@@ -63,3 +63,7 @@ func DefaultInFlight() int { return defaultInFlight() }
 
 // SetLingerMax caps p's lingers at d. Call it before the first Publish.
 func SetLingerMax(p *Publisher, d time.Duration) { p.lingerFor = d }
+
+// HoldLingers makes p's lingers last d whatever p is given meanwhile: its
+// timer looks at them every d. Call it before the first Publish.
+func HoldLingers(p *Publisher, d time.Duration) { p.lingerFor, p.lingerTick = d, d }

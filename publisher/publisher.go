@@ -270,6 +270,10 @@ func (p *Publisher) releaseRoom(r *Result) {
 //
 // Messages published while Flush runs may or may not be flushed with them.
 // Flush after Close waits for Close's shutdown.
+//
+// With a ctx already done, Flush sends and returns ctx.Err() at once: a
+// caller that has published all it has for now, as an outbox relay after
+// each page, ends the linger (see Batching) without waiting for anything.
 func (p *Publisher) Flush(ctx context.Context) error {
 	p.closeMu.RLock()
 	if p.closed {
@@ -283,9 +287,15 @@ func (p *Publisher) Flush(ctx context.Context) error {
 	}
 	p.flushing.Add(1)
 	defer p.flushing.Add(-1)
-	rs := p.outstanding()
+	var rs []*Result
+	if ctx.Err() == nil {
+		rs = p.outstanding()
+	}
 	p.lingers.endAll(false)
 	p.closeMu.RUnlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	for _, r := range rs {
 		select {
 		case <-r.Ready():
