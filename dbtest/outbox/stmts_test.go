@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"fmt"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -86,6 +88,125 @@ type countedStmt struct {
 func (s *countedStmt) Close() error {
 	if !s.closed.Swap(true) {
 		s.open.Add(-1)
+	}
+	return s.Stmt.Close()
+}
+
+// TestRelayReadsPagesPrepared runs a relay on SQLite that polls every
+// 2 ms, through a driver that counts the page statements the relay runs
+// from their text, those it prepares, and the runs of the prepared ones:
+// once the relay has read 50 pages, every read must have run prepared,
+// and each page's text been prepared a few times at most (once per text
+// and connection), not once per read. modernc.org/sqlite parses a text
+// at every run. The events must be published all the same, and the
+// statements closed once Run returns.
+func TestRelayReadsPagesPrepared(t *testing.T) {
+	t.Parallel()
+	ctx := harness.Context(t, testTimeout)
+	base, err := sql.Open(sqlitetest.Driver, "")
+	require.NoError(t, err)
+	d := base.Driver()
+	require.NoError(t, base.Close())
+	var n pageCounts
+	db := sql.OpenDB(pageConnector{d: d, dsn: sqlitetest.Fresh(t), n: &n})
+	t.Cleanup(func() { db.Close() })
+	ob, err := outbox.New(ctx, db, outbox.SQLite)
+	require.NoError(t, err)
+	e := newEnv(t)
+	r, err := outbox.NewRelay(ob, e.publisher(t), outbox.WithLogger(quiet), outbox.WithPollInterval(2*time.Millisecond))
+	require.NoError(t, err)
+	add(t, ctx, db, ob, "a", "a1", "a2")
+	stop := runRelay(t, r)
+	add(t, ctx, db, ob, "b", "b1")
+
+	waitWithin(t, testTimeout, func() bool { return n.text.Load()+n.runs.Load() >= 50 && pending(t, db) == 0 },
+		func() string {
+			return fmt.Sprintf("%d reads from text and %d prepared, %d events pending", n.text.Load(), n.runs.Load(), pending(t, db))
+		})
+	require.Zero(t, n.text.Load(), "page statements run from their text, parsed at each read")
+	require.LessOrEqual(t, n.prepared.Load(), int64(8), "page statements prepared, over %d reads", n.runs.Load())
+	v := e.view(t, ob.Producer())
+	require.Equal(t, map[string][]string{"a": {"a1", "a2"}, "b": {"b1"}}, v.firsts)
+	stop()
+	require.Zero(t, n.open.Load(), "page statements left open once Run returned")
+}
+
+// pageCounts counts what a relay does with its page statements, those
+// that select from the events table in key order.
+type pageCounts struct {
+	text, prepared, runs, open atomic.Int64
+}
+
+func isPage(q string) bool {
+	return strings.HasPrefix(q, "SELECT e.key") && strings.Contains(q, "ORDER BY e.key, e.seq")
+}
+
+// pageConnector opens d's connections on dsn, counting the page
+// statements run on them (pageConn).
+type pageConnector struct {
+	d   driver.Driver
+	dsn string
+	n   *pageCounts
+}
+
+func (c pageConnector) Connect(context.Context) (driver.Conn, error) {
+	conn, err := c.d.Open(c.dsn)
+	if err != nil {
+		return nil, err
+	}
+	return pageConn{conn, c.n}, nil
+}
+
+func (c pageConnector) Driver() driver.Driver { return c.d }
+
+// pageConn passes everything on to the driver's connection, and counts
+// the page statements run from their text and those prepared.
+type pageConn struct {
+	driver.Conn
+	n *pageCounts
+}
+
+func (c pageConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
+	if isPage(q) {
+		c.n.text.Add(1)
+	}
+	return c.Conn.(driver.QueryerContext).QueryContext(ctx, q, args)
+}
+
+func (c pageConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
+	return c.Conn.(driver.ExecerContext).ExecContext(ctx, q, args)
+}
+
+func (c pageConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	return c.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
+}
+
+func (c pageConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
+	s, err := c.Conn.(driver.ConnPrepareContext).PrepareContext(ctx, q)
+	if err != nil || !isPage(q) {
+		return s, err
+	}
+	c.n.prepared.Add(1)
+	c.n.open.Add(1)
+	return &pageStmt{Stmt: s, n: c.n}, nil
+}
+
+// pageStmt is a page statement prepared: it counts its runs, and its
+// close.
+type pageStmt struct {
+	driver.Stmt
+	n      *pageCounts
+	closed atomic.Bool
+}
+
+func (s *pageStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	s.n.runs.Add(1)
+	return s.Stmt.(driver.StmtQueryContext).QueryContext(ctx, args)
+}
+
+func (s *pageStmt) Close() error {
+	if !s.closed.Swap(true) {
+		s.n.open.Add(-1)
 	}
 	return s.Stmt.Close()
 }

@@ -121,6 +121,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer r.rec.gauges()()
 	ru := newRun(r)
 	defer ru.conn.giveBack() // after every delete has returned
+	defer ru.closePages()
 	defer ru.wg.Wait()
 	defer ru.stopWaiting()
 	hint, unhint := r.o.wakers.add()

@@ -58,7 +58,7 @@ func (ru *run) scan(ctx context.Context, q string, args []any, handle func([]row
 	o := ru.r.o
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	rs, err := o.db.QueryContext(ctx, q, args...)
+	rs, err := ru.queryPage(ctx, q, args)
 	if err != nil {
 		return 0, row{}, err
 	}
@@ -80,6 +80,48 @@ func (ru *run) scan(ctx context.Context, q string, args []any, handle func([]row
 		return 0, row{}, err
 	}
 	return len(head), head[len(head)-1], handle(head)
+}
+
+// maxPages bounds the page statements a run keeps prepared (queryPage).
+// A run's pages read alike while its shards do: a first page and the
+// next, marked or not, with keys due or not, a few texts in all.
+const maxPages = 16
+
+// queryPage runs the page statement q. On SQLite it runs q prepared, once
+// per text and connection for the run's life: modernc.org/sqlite parses
+// a statement's text every time it runs, which was a third of an idle
+// relay's CPU time. Past maxPages texts (its shards changed), it closes
+// them all and begins again. On PostgreSQL, pgx's stdlib caches prepared
+// statements by their text already.
+func (ru *run) queryPage(ctx context.Context, q string, args []any) (*sql.Rows, error) {
+	o := ru.r.o
+	if o.d != SQLite {
+		return o.db.QueryContext(ctx, q, args...)
+	}
+	st := ru.pages[q]
+	if st == nil {
+		if len(ru.pages) >= maxPages {
+			ru.closePages()
+		}
+		var err error
+		if st, err = o.db.PrepareContext(ctx, q); err != nil {
+			return nil, err
+		}
+		if ru.pages == nil {
+			ru.pages = map[string]*sql.Stmt{}
+		}
+		ru.pages[q] = st
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+// closePages closes the page statements queryPage prepared; database/sql
+// closes each once the rows still read from it are.
+func (ru *run) closePages() {
+	for q, st := range ru.pages {
+		_ = st.Close()
+		delete(ru.pages, q)
+	}
 }
 
 // stream goes on with scan's rows rs, of which head are scanned, on a

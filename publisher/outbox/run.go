@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"database/sql"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,8 +60,9 @@ type run struct {
 	deleted     chan error // buffered: the delete never waits for Run
 	conn        keptConn   // the deletes' connection, and on SQLite the marks' (exec)
 	waitCtx     context.Context
-	stopWaiting context.CancelFunc // ends the waiters' waits at the end of Run
-	sendNow     context.Context    // done: Flush with it sends what lingers, and waits for nothing
+	stopWaiting context.CancelFunc   // ends the waiters' waits at the end of Run
+	sendNow     context.Context      // done: Flush with it sends what lingers, and waits for nothing
+	pages       map[string]*sql.Stmt // SQLite: the page statements, prepared (queryPage)
 	wg          sync.WaitGroup
 }
 
