@@ -21,27 +21,33 @@ type hooks struct {
 // openHooked opens dsn with k's driver, on connections that call h.
 func openHooked(t testing.TB, k dbKind, dsn string, h hooks) *sql.DB {
 	t.Helper()
-	drv := k.openDSN(t, dsn).Driver()
-	db := sql.OpenDB(hookedConnector{dsn: dsn, drv: drv, h: h})
+	return openWrapped(t, k.openDSN(t, dsn).Driver(), dsn, func(c wholeConn) driver.Conn { return hookedConn{c, h} })
+}
+
+// openWrapped opens dsn with drv, each connection as wrap makes it of
+// the driver's own.
+func openWrapped(t testing.TB, drv driver.Driver, dsn string, wrap func(wholeConn) driver.Conn) *sql.DB {
+	t.Helper()
+	db := sql.OpenDB(wrappedConnector{dsn: dsn, drv: drv, wrap: wrap})
 	t.Cleanup(func() { _ = db.Close() })
 	return db
 }
 
-type hookedConnector struct {
-	dsn string
-	drv driver.Driver
-	h   hooks
+type wrappedConnector struct {
+	dsn  string
+	drv  driver.Driver
+	wrap func(wholeConn) driver.Conn
 }
 
-func (c hookedConnector) Connect(context.Context) (driver.Conn, error) {
+func (c wrappedConnector) Connect(context.Context) (driver.Conn, error) {
 	conn, err := c.drv.Open(c.dsn)
 	if err != nil {
 		return nil, err
 	}
-	return hookedConn{conn.(wholeConn), c.h}, nil
+	return c.wrap(conn.(wholeConn)), nil
 }
 
-func (c hookedConnector) Driver() driver.Driver { return c.drv }
+func (c wrappedConnector) Driver() driver.Driver { return c.drv }
 
 // wholeConn is what database/sql uses of a driver's connection.
 type wholeConn interface {

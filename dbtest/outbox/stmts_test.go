@@ -26,12 +26,7 @@ func TestDroppedOutboxClosesItsStatements(t *testing.T) {
 	t.Parallel()
 	ctx := harness.Context(t, testTimeout)
 	var open atomic.Int64
-	base, err := sql.Open(sqlitetest.Driver, "")
-	require.NoError(t, err)
-	d := base.Driver()
-	require.NoError(t, base.Close())
-	db := sql.OpenDB(countingConnector{d: d, dsn: sqlitetest.Fresh(t), open: &open})
-	t.Cleanup(func() { db.Close() })
+	db := openWrapped(t, sqliteDriver(t), sqlitetest.Fresh(t), func(c wholeConn) driver.Conn { return countingConn{c, &open} })
 
 	func() {
 		ob, err := outbox.New(ctx, db, outbox.SQLite)
@@ -45,23 +40,14 @@ func TestDroppedOutboxClosesItsStatements(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond, "Add's statements still open once the Outbox is unreachable")
 }
 
-// countingConnector opens d's connections on dsn, and counts the
-// statements prepared on them and not yet closed.
-type countingConnector struct {
-	d    driver.Driver
-	dsn  string
-	open *atomic.Int64
+// sqliteDriver returns the SQLite driver the tests use.
+func sqliteDriver(t testing.TB) driver.Driver {
+	t.Helper()
+	base, err := sql.Open(sqlitetest.Driver, "")
+	require.NoError(t, err)
+	defer base.Close()
+	return base.Driver()
 }
-
-func (c countingConnector) Connect(context.Context) (driver.Conn, error) {
-	conn, err := c.d.Open(c.dsn)
-	if err != nil {
-		return nil, err
-	}
-	return countingConn{conn, c.open}, nil
-}
-
-func (c countingConnector) Driver() driver.Driver { return c.d }
 
 // countingConn is a connection with nothing but Prepare and Begin, so
 // that database/sql prepares every statement it runs.
@@ -103,13 +89,8 @@ func (s *countedStmt) Close() error {
 func TestRelayReadsPagesPrepared(t *testing.T) {
 	t.Parallel()
 	ctx := harness.Context(t, testTimeout)
-	base, err := sql.Open(sqlitetest.Driver, "")
-	require.NoError(t, err)
-	d := base.Driver()
-	require.NoError(t, base.Close())
 	var n pageCounts
-	db := sql.OpenDB(pageConnector{d: d, dsn: sqlitetest.Fresh(t), n: &n})
-	t.Cleanup(func() { db.Close() })
+	db := openWrapped(t, sqliteDriver(t), sqlitetest.Fresh(t), func(c wholeConn) driver.Conn { return pageConn{c, &n} })
 	ob, err := outbox.New(ctx, db, outbox.SQLite)
 	require.NoError(t, err)
 	e := newEnv(t)
@@ -137,32 +118,12 @@ type pageCounts struct {
 	text, prepared, runs, open atomic.Int64
 }
 
-func isPage(q string) bool {
-	return strings.HasPrefix(q, "SELECT e.key") && strings.Contains(q, "ORDER BY e.key, e.seq")
-}
-
-// pageConnector opens d's connections on dsn, counting the page
-// statements run on them (pageConn).
-type pageConnector struct {
-	d   driver.Driver
-	dsn string
-	n   *pageCounts
-}
-
-func (c pageConnector) Connect(context.Context) (driver.Conn, error) {
-	conn, err := c.d.Open(c.dsn)
-	if err != nil {
-		return nil, err
-	}
-	return pageConn{conn, c.n}, nil
-}
-
-func (c pageConnector) Driver() driver.Driver { return c.d }
+func isPage(q string) bool { return strings.HasPrefix(q, pageRead) }
 
 // pageConn passes everything on to the driver's connection, and counts
 // the page statements run from their text and those prepared.
 type pageConn struct {
-	driver.Conn
+	wholeConn
 	n *pageCounts
 }
 
@@ -170,43 +131,35 @@ func (c pageConn) QueryContext(ctx context.Context, q string, args []driver.Name
 	if isPage(q) {
 		c.n.text.Add(1)
 	}
-	return c.Conn.(driver.QueryerContext).QueryContext(ctx, q, args)
-}
-
-func (c pageConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
-	return c.Conn.(driver.ExecerContext).ExecContext(ctx, q, args)
-}
-
-func (c pageConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	return c.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
+	return c.wholeConn.QueryContext(ctx, q, args)
 }
 
 func (c pageConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
-	s, err := c.Conn.(driver.ConnPrepareContext).PrepareContext(ctx, q)
+	s, err := c.wholeConn.Prepare(q)
 	if err != nil || !isPage(q) {
 		return s, err
 	}
 	c.n.prepared.Add(1)
 	c.n.open.Add(1)
-	return &pageStmt{Stmt: s, n: c.n}, nil
+	return &pageStmt{wholeStmt: s.(wholeStmt), n: c.n}, nil
 }
 
 // pageStmt is a page statement prepared: it counts its runs, and its
 // close.
 type pageStmt struct {
-	driver.Stmt
+	wholeStmt
 	n      *pageCounts
 	closed atomic.Bool
 }
 
 func (s *pageStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
 	s.n.runs.Add(1)
-	return s.Stmt.(driver.StmtQueryContext).QueryContext(ctx, args)
+	return s.wholeStmt.QueryContext(ctx, args)
 }
 
 func (s *pageStmt) Close() error {
 	if !s.closed.Swap(true) {
 		s.n.open.Add(-1)
 	}
-	return s.Stmt.Close()
+	return s.wholeStmt.Close()
 }
