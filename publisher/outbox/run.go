@@ -61,7 +61,6 @@ type run struct {
 	conn        keptConn   // the deletes' connection, and on SQLite the marks' (exec)
 	waitCtx     context.Context
 	stopWaiting context.CancelFunc   // ends the waiters' waits at the end of Run
-	sendNow     context.Context      // done: Flush with it sends what lingers, and waits for nothing
 	pages       map[string]*sql.Stmt // SQLite: the page statements, prepared (queryPage)
 	wg          sync.WaitGroup
 }
@@ -122,6 +121,14 @@ type failure struct {
 	next  int64     // set aside: the number the key's next run starts with; 0 for any
 }
 
+// sendNow is a context already done: Flush with it sends what lingers,
+// and waits for nothing.
+var sendNow = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
 func newRun(r *Relay) *run {
 	ru := &run{
 		r: r, owned: map[int]bool{}, leaving: map[int]bool{}, fresh: map[int]int{}, seenFree: map[int]bool{},
@@ -129,9 +136,6 @@ func newRun(r *Relay) *run {
 		done: make(chan *batch), deleted: make(chan error, 1), poll: time.NewTimer(0),
 	}
 	ru.waitCtx, ru.stopWaiting = context.WithCancel(context.Background())
-	sendNow, cancel := context.WithCancel(context.Background())
-	cancel()
-	ru.sendNow = sendNow
 	return ru
 }
 
@@ -182,7 +186,7 @@ func (ru *run) read(ctx context.Context, wake bool) bool {
 					// Each key's run is published whole: its linger
 					// would gather nothing more, and would hold the
 					// run 1 to 5 ms.
-					_ = ru.r.pub.Flush(ru.sendNow)
+					_ = ru.r.pub.Flush(sendNow)
 				}
 			}
 			return nil
