@@ -8,8 +8,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/keyorder/keyorder/internal/leaktest"
 	"github.com/keyorder/keyorder/ordering"
 )
+
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 func TestOptionsRefuseOutOfRange(t *testing.T) {
 	t.Parallel()
