@@ -51,10 +51,11 @@ type row struct {
 // PostgreSQL sorts the page before its first row, and gives the rest at
 // about 1 µs a row: there each statement more that handle ran cost more
 // than the overlap saved (2,000 events over 50 keys, relay ÷ direct 0.63
-// in one go, 0.53 streamed; measured again with the set-based marks, no gain
-// with 50 keys and a loss with 1,000: FIGURES.md, stop 49). Elsewhere, and on a bounded pool, which its
-// application sized (handle's statements take connections of their own),
-// handle is given every row at the end.
+// in one go, 0.53 streamed; measured again with the set-based marks, no
+// gain with 50 keys and a loss with 1,000: FIGURES.md, stop 49).
+// Elsewhere, and on a bounded pool, which its application sized
+// (handle's statements take connections of their own), handle is given
+// every row at the end.
 func (ru *run) scan(ctx context.Context, q string, args []any, handle func([]row) error) (int, row, error) {
 	o := ru.r.o
 	ctx, cancel := context.WithCancel(ctx)
